@@ -1,0 +1,35 @@
+// The one interface every decoder implements, CPU or GPU: the runner drives decoders only through it.
+// A decoder owns the recurrent state of `seqs` sequences of one layer and advances it over chunks of steps.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model.h"
+#include "trace/trace.h"
+
+namespace rssm {
+
+// A snapshot of one copy of a decoder's state (replay decoders may keep several: update and read copies).
+struct StateCopy {
+  std::string name;           // "state", "checkpoint", "read", ...
+  long long step = 0;         // number of trace steps folded into it
+  std::vector<double> value;  // [seqs, state_elems] as Model::state_elems() lays it out
+};
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  // Short, unique, stable name, used as the run's `decoder` attribute ("ref-fp64", "eager-fp32", ...).
+  virtual std::string name() const = 0;
+  // Binds the decoder to a layer and a number of sequences and zeroes its state (step 0).
+  virtual void reset(const Model& model, int seqs) = 0;
+  // Advances over steps [s0, s0 + n) of `chunk` (chunk-local indices; steps arrive in trace order, none skipped)
+  // and writes the outputs of those steps to y: [n, seqs, out_elems].
+  virtual void advance(const InputChunk& chunk, int s0, int n, double* y) = 0;
+  // The state copies as they stand now.
+  virtual std::vector<StateCopy> state() const = 0;
+};
+
+}  // namespace rssm
