@@ -3,6 +3,7 @@
 // (a zero reference norm falls back to the absolute norm), then reduced over sequences as mean and max.
 #pragma once
 
+#include <cstddef>
 #include <vector>
 
 namespace rssm {
