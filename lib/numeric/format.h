@@ -57,12 +57,14 @@ float round_stochastic(Format f, float x, uint32_t r);
 // and frac = (|x| - lo) / (hi - lo). Let F = floor(2^32 * frac). The magnitude becomes hi iff F + r >= 2^32
 // (the carry out of a 32-bit add), else lo; then the sign and the overflow rule above apply (e4m3/e5m2/int8
 // saturate; bf16/tf32/fp16 go to inf when hi is past max). So P(hi) = F / 2^32 = frac exactly whenever at most 32
-// bits are dropped, which holds for every fp32 input in a format's normal range; only inputs smaller than 2^-32 of
-// a subnormal step (fp32 inputs far below a format's subnormals, or double inputs) see frac truncated to 32 bits.
+// bits are dropped: for every fp32 input in a format's normal range, and below it while x's fp32 ulp is at least
+// 2^-32 of the grid step 2^q, i.e. |x| >= 2^(q - 9). Smaller fp32 inputs, and double inputs (53 bits), have frac
+// truncated to 32 bits: P(hi) is low by less than 2^-32.
 // Values on the grid map to themselves for every r. As operations on the fp32 bit pattern u of |x|:
 //   bf16 (all of it, fp32 subnormals included): u += r >> 16, then clear the low 16 bits.
 //   tf32 (all of it): u += r >> 19, clear 13.   fp16 normal range (|x| >= 2^-14): u += r >> 19, clear 13.
-//   e4m3 normal range (|x| >= 2^-6): u += r >> 12, clear 20.   e5m2 normal range (|x| >= 2^-14): u += r >> 11, clear 21.
+//   e4m3 normal range (|x| >= 2^-6): u += r >> 12, clear 20.
+//   e5m2 normal range (|x| >= 2^-14): u += r >> 11, clear 21.
 //   Below the normal range (and int8 everywhere, after clamping |x| to 127): |x| = sig * 2^e, where sig is the
 //   significand with its hidden bit (e = biased exponent - 150; sig = the fraction and e = -149 for fp32
 //   subnormals); with grid step 2^q (fp16 q = -24, e4m3 -9, e5m2 -16, int8 0) and s = q - e >= 1 bits dropped:
