@@ -92,7 +92,7 @@ TEST_CASE("cli: synth -> run -> inspect, result structure and values", "[cli]") 
   CHECK(h5::get_attr_string(g, "state_format", result) == "bf16");
 
   // Recompute the stored per-step error of run_0001 from the saved raw outputs.
-  const auto yr = h5::read_doubles(f, "reference/outputs", result);
+  const auto yr = h5::read_doubles(f, "reference/bf16/outputs", result);
   const auto y = h5::read_doubles(f, "runs/run_0001/outputs", result);
   const auto stored = h5::read_doubles(f, "runs/run_0001/out_rel_err_mean", result);
   REQUIRE(yr.size() == 40 * 3 * 32);

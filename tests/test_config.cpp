@@ -61,17 +61,17 @@ TEST_CASE("config: defaults.ini matches the program's key table", "[config]") {
 TEST_CASE("sweep: Cartesian product, stable ids, bad values and skipped combinations", "[config]") {
   Config c;
   c.set("scheme.state_format=fp32, bf16, e4m3");
-  auto runs = expand_sweep(c);
+  auto runs = expand_sweep(c, Family::Mamba2);
   REQUIRE(runs.size() == 3);
   CHECK(runs[0].id == "run_0000");
   CHECK(runs[2].get("state_format") == "e4m3");
   CHECK(runs[0].skip_reason.empty());
   CHECK_THAT(runs[2].skip_reason, Contains("e4m3"));
   c.set("scheme.state_format=fp9");
-  CHECK_THROWS_WITH(expand_sweep(c), Contains("scheme.state_format") && Contains("fp9") && Contains("bf16"));
+  CHECK_THROWS_WITH(expand_sweep(c, Family::Mamba2), Contains("scheme.state_format") && Contains("fp9") && Contains("bf16"));
   c.set("scheme.state_format=fp32");
   c.set("scheme.decoder=magic");
-  CHECK_THROWS_WITH(expand_sweep(c), Contains("scheme.decoder") && Contains("magic"));
+  CHECK_THROWS_WITH(expand_sweep(c, Family::Mamba2), Contains("scheme.decoder") && Contains("magic"));
 }
 
 TEST_CASE("synth config: presets, custom geometry and contradictions", "[config]") {

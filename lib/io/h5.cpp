@@ -93,6 +93,9 @@ Handle create_file(const std::string& path) {
   silence();
   Handle fcpl(H5Pcreate(H5P_FILE_CREATE));
   H5Pset_obj_track_times(fcpl, false);
+  // Keep insertion order of links and attributes so readers (and rewrites) see them in the order written.
+  H5Pset_link_creation_order(fcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
+  H5Pset_attr_creation_order(fcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
   Handle fapl(H5Pcreate(H5P_FILE_ACCESS));
   // Pin the on-disk format to the oldest that has what we need, so files are the same whatever library wrote them.
   H5Pset_libver_bounds(fapl, H5F_LIBVER_EARLIEST, H5F_LIBVER_V18);
@@ -121,6 +124,8 @@ Handle open_file(const std::string& path, bool write) {
 Handle create_group(hid_t loc, const std::string& name) {
   Handle gcpl(H5Pcreate(H5P_GROUP_CREATE));
   H5Pset_obj_track_times(gcpl, false);
+  H5Pset_link_creation_order(gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
+  H5Pset_attr_creation_order(gcpl, H5P_CRT_ORDER_TRACKED | H5P_CRT_ORDER_INDEXED);
   Handle lcpl(H5Pcreate(H5P_LINK_CREATE));
   H5Pset_create_intermediate_group(lcpl, 1);
   Handle g(H5Gcreate2(loc, name.c_str(), lcpl, gcpl, H5P_DEFAULT));

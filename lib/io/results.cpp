@@ -1,9 +1,16 @@
 #include "io/results.h"
 
+#include <hdf5_hl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fmt/format.h>
-#include <unistd.h>
+#include <limits>
 
 #include "errors.h"
 
@@ -13,116 +20,250 @@ void set_attrs(hid_t obj, const AttrMap& attrs) {
   for (const auto& [k, v] : attrs) std::visit([&, key = k](const auto& x) { h5::set_attr(obj, key, x); }, v);
 }
 
-ResultsWriter::ResultsWriter(const std::string& path, const AttrMap& root_attrs) : path_(path) {
+namespace {
+
+std::vector<hsize_t> to_hsize(const std::vector<long long>& v) { return std::vector<hsize_t>(v.begin(), v.end()); }
+
+void write_series_group(hid_t g, const SeriesGroup& sg) {
+  const std::vector<hsize_t> dims = {sg.index.size()};
+  const std::vector<hsize_t> chunk = {std::min<hsize_t>(std::max<hsize_t>(1, sg.index.size()), 4096)};
+  h5::write(g, sg.index_name, dims, sg.index.data(), chunk);
+  for (const auto& [name, v] : sg.series) {
+    if (v.size() != sg.index.size())
+      throw InternalError(fmt::format("series {} has {} values for {} indices", name, v.size(), sg.index.size()));
+    h5::write(g, name, dims, v.data(), chunk);
+    h5::attach_scale(g, name, sg.index_name, 0);
+    h5::Handle ds(H5Dopen2(g, name.c_str(), H5P_DEFAULT));
+    h5::set_attr(ds, "index", sg.index_name);
+  }
+}
+
+void write_outputs(hid_t loc, const std::string& name, const std::vector<long long>& dims,
+                   const std::vector<double>& v) {
+  std::vector<hsize_t> d = to_hsize(dims);
+  std::vector<hsize_t> chunk = d;
+  chunk[0] = std::min<hsize_t>(16, std::max<hsize_t>(1, d[0]));
+  h5::write(loc, name, d, v.data(), chunk);
+}
+
+// Summary columns: the union of every record's columns in first-seen order; missing cells are NaN / "" / 0.
+void write_summary(hid_t file, const std::vector<RunRecord>& runs) {
+  std::vector<std::pair<std::string, AttrValue>> cols;  // name -> prototype value (type)
+  for (const auto& r : runs)
+    for (const auto& [k, v] : r.summary) {
+      bool seen = false;
+      for (const auto& c : cols) seen = seen || c.first == k;
+      if (!seen) cols.emplace_back(k, v);
+    }
+  h5::Handle g = h5::create_group(file, "summary");
+  for (const auto& [name, proto] : cols) {
+    auto cell = [&, n = name](const RunRecord& r) -> const AttrValue* {
+      for (const auto& [k, v] : r.summary)
+        if (k == n) return &v;
+      return nullptr;
+    };
+    if (std::holds_alternative<std::string>(proto)) {
+      std::vector<std::string> v;
+      for (const auto& r : runs) {
+        const AttrValue* c = cell(r);
+        v.push_back(c && std::holds_alternative<std::string>(*c) ? std::get<std::string>(*c) : "");
+      }
+      h5::write_strings(g, name, v);
+    } else if (std::holds_alternative<long long>(proto)) {
+      std::vector<long long> v;
+      for (const auto& r : runs) {
+        const AttrValue* c = cell(r);
+        v.push_back(c && std::holds_alternative<long long>(*c) ? std::get<long long>(*c) : 0);
+      }
+      h5::write(g, name, {v.size()}, v.data());
+    } else {
+      std::vector<double> v;
+      for (const auto& r : runs) {
+        const AttrValue* c = cell(r);
+        v.push_back(c && std::holds_alternative<double>(*c) ? std::get<double>(*c)
+                                                            : std::numeric_limits<double>::quiet_NaN());
+      }
+      h5::write(g, name, {v.size()}, v.data());
+    }
+  }
+}
+
+}  // namespace
+
+void write_result_file(const std::string& path, const ResultSet& rs) {
   namespace fs = std::filesystem;
   const fs::path p(path);
   if (p.has_parent_path()) {
     std::error_code ec;
     fs::create_directories(p.parent_path(), ec);
-    if (ec) throw ConfigError(fmt::format("run.output: cannot create folder '{}': {}", p.parent_path().string(),
-                                          ec.message()));
+    if (ec)
+      throw ConfigError(
+          fmt::format("run.output: cannot create folder '{}': {}", p.parent_path().string(), ec.message()));
   }
-  tmp_ = fmt::format("{}.tmp.{}", path, ::getpid());
-  file_ = h5::create_file(tmp_);
-  h5::set_attr(file_, "format", std::string("replayssm-result"));
-  h5::set_attr(file_, "version", 1LL);
-  set_attrs(file_, root_attrs);
-  h5::create_group(file_, "runs");
-}
-
-ResultsWriter::~ResultsWriter() {
-  if (committed_) return;
-  file_.reset();
-  std::remove(tmp_.c_str());
-}
-
-void ResultsWriter::write_run(const std::string& id, const AttrMap& attrs, const std::vector<long long>& steps,
-                              const std::vector<std::pair<std::string, std::vector<double>>>& series) {
-  const std::string name = "runs/" + id;
-  h5::Handle g = h5::exists(file_, name) ? h5::open_group(file_, name, tmp_) : h5::create_group(file_, name);
-  set_attrs(g, attrs);
-  write_series(id, "step", steps, series);
-}
-
-void ResultsWriter::write_series(const std::string& id, const std::string& index_name,
-                                 const std::vector<long long>& index,
-                                 const std::vector<std::pair<std::string, std::vector<double>>>& series) {
-  h5::Handle g = h5::open_group(file_, "runs/" + id, tmp_);
-  const std::vector<hsize_t> dims = {index.size()};
-  const std::vector<hsize_t> chunk = {std::min<hsize_t>(std::max<hsize_t>(1, index.size()), 4096)};
-  h5::write(g, index_name, dims, index.data(), chunk);
-  for (const auto& [name, v] : series) {
-    if (v.size() != index.size())
-      throw InternalError(fmt::format("series {} of run {} has {} values for {} indices", name, id, v.size(),
-                                      index.size()));
-    h5::write(g, name, dims, v.data(), chunk);
-    h5::attach_scale(g, name, index_name, 0);
-  }
-}
-
-void ResultsWriter::create_outputs(const std::string& group, const std::string& name, long long steps, int seqs,
-                                   int out_elems) {
-  if (!h5::exists(file_, group)) h5::create_group(file_, group);
-  h5::Handle g = h5::open_group(file_, group, tmp_);
-  const std::vector<hsize_t> dims = {static_cast<hsize_t>(steps), static_cast<hsize_t>(seqs),
-                                     static_cast<hsize_t>(out_elems)};
-  h5::Handle space(H5Screate_simple(3, dims.data(), nullptr));
-  h5::Handle dcpl(H5Pcreate(H5P_DATASET_CREATE));
-  H5Pset_obj_track_times(dcpl, false);
-  hsize_t ch[3] = {std::min<hsize_t>(16, std::max<hsize_t>(1, dims[0])), std::max<hsize_t>(1, dims[1]),
-                   std::max<hsize_t>(1, dims[2])};
-  H5Pset_chunk(dcpl, 3, ch);
-  H5Pset_deflate(dcpl, 1);
-  h5::Handle ds(H5Dcreate2(g, name.c_str(), H5T_IEEE_F64LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT));
-  if (!ds.valid()) throw FormatError(fmt::format("{}: cannot create dataset {}/{}", tmp_, group, name));
-  out_dims_[group + "/" + name] = seqs * out_elems;
-}
-
-void ResultsWriter::append_outputs(const std::string& group, const std::string& name, long long step0, int n,
-                                   const double* y) {
-  h5::Handle ds(H5Dopen2(file_, (group + "/" + name).c_str(), H5P_DEFAULT));
-  if (!ds.valid()) throw InternalError("outputs dataset missing: " + group + "/" + name);
-  h5::Handle fspace(H5Dget_space(ds));
-  hsize_t dims[3];
-  H5Sget_simple_extent_dims(fspace, dims, nullptr);
-  const hsize_t start[3] = {static_cast<hsize_t>(step0), 0, 0};
-  const hsize_t count[3] = {static_cast<hsize_t>(n), dims[1], dims[2]};
-  H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, nullptr, count, nullptr);
-  h5::Handle mspace(H5Screate_simple(3, count, nullptr));
-  if (H5Dwrite(ds, H5T_NATIVE_DOUBLE, mspace, fspace, H5P_DEFAULT, y) < 0)
-    throw FormatError(fmt::format("{}: cannot write outputs {}/{}", tmp_, group, name));
-}
-
-void ResultsWriter::write_summary(const std::vector<std::pair<std::string, std::vector<AttrValue>>>& columns) {
-  h5::Handle g = h5::create_group(file_, "summary");
-  for (const auto& [name, col] : columns) {
-    if (col.empty()) {
-      h5::write_strings(g, name, {});
-      continue;
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  try {
+    {
+      h5::Handle f = h5::create_file(tmp);
+      h5::set_attr(f, "format", std::string("replayssm-result"));
+      h5::set_attr(f, "version", 1LL);
+      set_attrs(f, rs.root);
+      h5::create_group(f, "runs");
+      for (const auto& r : rs.runs) {
+        if (!r.completed()) continue;
+        h5::Handle g = h5::create_group(f, "runs/" + r.id);
+        set_attrs(g, r.attrs);
+        for (const auto& sg : r.groups) write_series_group(g, sg);
+        if (!r.outputs.empty()) write_outputs(g, "outputs", r.output_dims, r.outputs);
+      }
+      for (const auto& [act, v] : rs.reference_outputs) {
+        h5::Handle g = h5::create_group(f, "reference/" + act);
+        write_outputs(g, "outputs", rs.reference_dims, v);
+      }
+      write_summary(f, rs.runs);
+      if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0) throw FormatError(fmt::format("{}: cannot flush result file", tmp));
     }
-    if (std::holds_alternative<std::string>(col[0])) {
-      std::vector<std::string> v;
-      for (const auto& x : col) v.push_back(std::get<std::string>(x));
-      h5::write_strings(g, name, v);
-    } else if (std::holds_alternative<long long>(col[0])) {
-      std::vector<long long> v;
-      for (const auto& x : col) v.push_back(std::get<long long>(x));
-      h5::write(g, name, {v.size()}, v.data());
-    } else {
-      std::vector<double> v;
-      for (const auto& x : col) v.push_back(std::get<double>(x));
-      h5::write(g, name, {v.size()}, v.data());
+    if (std::rename(tmp.c_str(), path.c_str()) != 0)
+      throw FormatError(fmt::format("{}: cannot rename the result file into place ({})", path, std::strerror(errno)));
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+}
+
+int remove_stale_temporaries(const std::string& path) {
+  namespace fs = std::filesystem;
+  const fs::path p(path);
+  const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+  const std::string prefix = p.filename().string() + ".tmp.";
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string pid_text = name.substr(prefix.size());
+    if (pid_text.empty() || pid_text.find_first_not_of("0123456789") != std::string::npos) continue;
+    const long pid = std::stol(pid_text);
+    if (pid == ::getpid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM) continue;  // still running
+    fs::remove(e.path(), ec);
+    ++removed;
+  }
+  return removed;
+}
+
+namespace {
+
+herr_t collect_link(hid_t, const char* name, const H5L_info_t*, void* data) {
+  static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+  return 0;
+}
+std::vector<std::string> links(hid_t g) {
+  std::vector<std::string> v;
+  H5Literate(g, H5_INDEX_CRT_ORDER, H5_ITER_INC, nullptr, collect_link, &v);
+  if (v.empty()) H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_link, &v);
+  return v;
+}
+herr_t collect_attr(hid_t, const char* name, const H5A_info_t*, void* data) {
+  static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+  return 0;
+}
+AttrMap read_attrs(hid_t obj, const std::string& file) {
+  std::vector<std::string> names;
+  hsize_t idx = 0;
+  H5Aiterate2(obj, H5_INDEX_CRT_ORDER, H5_ITER_INC, &idx, collect_attr, &names);
+  if (names.empty()) {
+    idx = 0;
+    H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_attr, &names);
+  }
+  AttrMap out;
+  for (const auto& n : names) {
+    if (n == "DIMENSION_LIST" || n == "REFERENCE_LIST" || n == "CLASS" || n == "NAME") continue;
+    h5::Handle a(H5Aopen(obj, n.c_str(), H5P_DEFAULT));
+    h5::Handle t(H5Aget_type(a));
+    switch (H5Tget_class(t)) {
+      case H5T_STRING: out.emplace_back(n, h5::get_attr_string(obj, n, file)); break;
+      case H5T_INTEGER: out.emplace_back(n, h5::get_attr_int(obj, n, file)); break;
+      case H5T_FLOAT: out.emplace_back(n, h5::get_attr_double(obj, n, file)); break;
+      default: break;
     }
   }
+  return out;
 }
 
-void ResultsWriter::commit() {
-  if (committed_) return;
-  if (H5Fflush(file_, H5F_SCOPE_GLOBAL) < 0) throw FormatError(fmt::format("{}: cannot flush result file", tmp_));
-  file_.reset();
-  if (std::rename(tmp_.c_str(), path_.c_str()) != 0)
-    throw FormatError(fmt::format("{}: cannot rename result file into place from {}", path_, tmp_));
-  committed_ = true;
+}  // namespace
+
+ResultSet read_result_file(const std::string& path) {
+  h5::Handle f = h5::open_file(path);
+  if (!h5::has_attr(f, "format") || h5::get_attr_string(f, "format", path) != "replayssm-result")
+    throw FormatError(fmt::format("{}: attribute 'format' is not 'replayssm-result': not a replayssm result file", path));
+  ResultSet rs;
+  for (auto& a : read_attrs(f, path))
+    if (a.first != "format" && a.first != "version") rs.root.push_back(a);
+  // Summary rows, in order; each becomes a record (completed ones get their group below).
+  h5::Handle sg = h5::open_group(f, "summary", path);
+  const auto cols = links(sg);
+  size_t rows = 0;
+  std::vector<std::pair<std::string, std::vector<AttrValue>>> table;
+  for (const auto& c : cols) {
+    h5::Handle ds(H5Dopen2(sg, c.c_str(), H5P_DEFAULT));
+    h5::Handle t(H5Dget_type(ds));
+    std::vector<AttrValue> v;
+    switch (H5Tget_class(t)) {
+      case H5T_STRING:
+        for (auto& s : h5::read_strings(sg, c, path)) v.emplace_back(s);
+        break;
+      case H5T_INTEGER:
+        for (auto x : h5::read_ints(sg, c, path)) v.emplace_back(x);
+        break;
+      default:
+        for (auto x : h5::read_doubles(sg, c, path)) v.emplace_back(x);
+    }
+    rows = std::max(rows, v.size());
+    table.emplace_back(c, std::move(v));
+  }
+  for (size_t i = 0; i < rows; ++i) {
+    RunRecord r;
+    for (const auto& [c, v] : table)
+      if (i < v.size()) r.summary.emplace_back(c, v[i]);
+    for (const auto& [k, v] : r.summary)
+      if (k == "run") r.id = std::get<std::string>(v);
+    if (r.id.empty()) throw FormatError(fmt::format("{}: /summary has no 'run' column", path));
+    const std::string gname = "runs/" + r.id;
+    if (h5::exists(f, gname)) {
+      h5::Handle g = h5::open_group(f, gname, path);
+      r.attrs = read_attrs(g, path);
+      for (const auto& name : links(g)) {
+        h5::Handle ds(H5Dopen2(g, name.c_str(), H5P_DEFAULT));
+        if (!ds.valid()) continue;
+        if (name == "outputs") {
+          for (auto d : h5::shape(g, name, path)) r.output_dims.push_back(static_cast<long long>(d));
+          r.outputs = h5::read_doubles(g, name, path);
+          continue;
+        }
+        if (!h5::has_attr(ds, "index")) continue;
+        const std::string idx = h5::get_attr_string(ds, "index", path);
+        SeriesGroup* grp = nullptr;
+        for (auto& x : r.groups)
+          if (x.index_name == idx) grp = &x;
+        if (!grp) {
+          r.groups.push_back({idx, h5::read_ints(g, idx, path), {}});
+          grp = &r.groups.back();
+        }
+        grp->series.emplace_back(name, h5::read_doubles(g, name, path));
+      }
+    }
+    rs.runs.push_back(std::move(r));
+  }
+  if (h5::exists(f, "reference")) {
+    h5::Handle g = h5::open_group(f, "reference", path);
+    for (const auto& act : links(g)) {
+      h5::Handle a = h5::open_group(g, act, path);
+      rs.reference_dims.clear();
+      for (auto d : h5::shape(a, "outputs", path)) rs.reference_dims.push_back(static_cast<long long>(d));
+      rs.reference_outputs[act] = h5::read_doubles(a, "outputs", path);
+    }
+  }
+  return rs;
 }
 
 }  // namespace rssm

@@ -1,11 +1,15 @@
-// The HDF5 result file of one `replayssm run`.
-//   /                 attributes: format = "replayssm-result", version, git_commit, created (UTC), host, device,
-//                     config (the full resolved INI text), trace (one line naming the trace), plus caller's extras
-//   /runs/<id>/       one group per run: every run parameter as an attribute; per-step datasets over `step`
-//   /runs/<id>/step   the step index, a dimension scale attached to dimension 0 of every per-step dataset
-//   /summary/<col>    one 1-D dataset per column, one row per run (xarray/pandas load it directly)
-// The file is written under a temporary name (<path>.tmp.<pid>) and renamed over <path> only by commit(); a writer
-// destroyed without commit (an exception, a failed run) removes the temporary, so no half-written file remains.
+// The HDF5 result file of one `replayssm run`, written whole from memory every time a batch of runs completes, so
+// the file on disk is always complete: written under <path>.tmp.<pid> and renamed over <path> (an interrupted or
+// killed run leaves the previous complete file, or none, never a half-written one).
+//   /                 attributes: format = "replayssm-result", version, replayssm_version, git_commit, created (UTC),
+//                     host, device, config (the full resolved INI text), trace, ... (provenance)
+//   /runs/<id>/       one group per completed run: every run parameter and derived scalar as an attribute;
+//                     series datasets, each over an index dataset attached as its dimension scale:
+//                     `step` (per decode step), `flush_step` (per flush), `position` (steps since the last flush)
+//   /runs/<id>/outputs    optional raw outputs [step, seq, out] (run.save_outputs)
+//   /reference/<act>/outputs  optional fp64 reference outputs per activation format
+//   /summary/<col>    one 1-D dataset per column, one row per sweep point (skipped points included with status and
+//                     reason), so xarray/pandas load it directly
 #pragma once
 
 #include <map>
@@ -19,41 +23,44 @@ namespace rssm {
 
 using AttrValue = std::variant<std::string, long long, double>;
 using AttrMap = std::vector<std::pair<std::string, AttrValue>>;
+using Series = std::pair<std::string, std::vector<double>>;
 
-class ResultsWriter {
- public:
-  ResultsWriter(const std::string& path, const AttrMap& root_attrs);
-  ~ResultsWriter();
-  ResultsWriter(const ResultsWriter&) = delete;
-  ResultsWriter& operator=(const ResultsWriter&) = delete;
+// Series sharing one index (its name is the dataset name of the index: "step", "flush_step", "position").
+struct SeriesGroup {
+  std::string index_name;
+  std::vector<long long> index;
+  std::vector<Series> series;
+};
 
-  // Creates /runs/<id> with attributes and per-step series (all the same length) over steps `steps`.
-  void write_run(const std::string& id, const AttrMap& attrs, const std::vector<long long>& steps,
-                 const std::vector<std::pair<std::string, std::vector<double>>>& series);
-  // Adds a further per-step (or per-flush) series with its own index scale, e.g. state error at flushes.
-  void write_series(const std::string& id, const std::string& index_name, const std::vector<long long>& index,
-                    const std::vector<std::pair<std::string, std::vector<double>>>& series);
+struct RunRecord {
+  std::string id;
+  AttrMap attrs;                    // written as attributes of /runs/<id>
+  std::vector<SeriesGroup> groups;  // per-step, per-flush, per-position series
+  AttrMap summary;                  // this run's row of /summary (column -> value)
+  std::vector<long long> output_dims;  // [steps, seqs, out] when outputs are saved
+  std::vector<double> outputs;
+  bool completed() const { return !groups.empty(); }
+};
 
-  // Raw outputs of a decoder: a dataset `name` [steps, seqs, out_elems] float64 under group `group` (created if
-  // needed), filled chunk by chunk with append_outputs().
-  void create_outputs(const std::string& group, const std::string& name, long long steps, int seqs, int out_elems);
-  void append_outputs(const std::string& group, const std::string& name, long long step0, int n, const double* y);
-
-  // /summary: columns of equal length.
-  void write_summary(const std::vector<std::pair<std::string, std::vector<AttrValue>>>& columns);
-
-  // Closes the file and renames it into place. After commit the writer does nothing more.
-  void commit();
-  const std::string& path() const { return path_; }
-  const std::string& temp_path() const { return tmp_; }
-
- private:
-  std::string path_, tmp_;
-  h5::Handle file_;
-  bool committed_ = false;
-  std::map<std::string, int> out_dims_;  // group/name -> seqs·out_elems per step (for append checks)
+struct ResultSet {
+  AttrMap root;
+  std::vector<RunRecord> runs;  // completed runs and skipped points, in sweep order
+  // Reference outputs per activation format (act format -> [steps, seqs, out]), when saved.
+  std::map<std::string, std::vector<double>> reference_outputs;
+  std::vector<long long> reference_dims;
 };
 
 void set_attrs(hid_t obj, const AttrMap& attrs);
+
+// Writes `rs` to <path>.tmp.<pid> and renames it over <path>. Creates the parent folder. On any error the temporary
+// file is removed and <path> is untouched.
+void write_result_file(const std::string& path, const ResultSet& rs);
+
+// Reads a result file back (for --resume and `replayssm merge`): root attributes, summary rows, run groups with
+// their attributes, series and saved outputs. Throws FormatError naming the file and the object at fault.
+ResultSet read_result_file(const std::string& path);
+
+// Removes <path>.tmp.<pid> files left by processes that no longer exist (a SIGKILLed run). Returns how many.
+int remove_stale_temporaries(const std::string& path);
 
 }  // namespace rssm

@@ -4,123 +4,150 @@
 #include <fmt/format.h>
 
 #include "errors.h"
+#include "numeric/arith.h"
+#include "replay/checkpoint.h"
 
 namespace rssm {
 
 namespace {
-inline float softplus_f(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
-inline float store(Format f, float v) { return f == Format::FP32 ? v : round_nearest(f, v); }
+template <class T>
+T softplus_t(T x) {
+  return x > T(20) ? x : std::log1p(std::exp(x));
+}
 }  // namespace
 
-EagerDecoder::EagerDecoder(Format state_format) : fmt_(state_format) {
-  if (fmt_ != Format::FP32 && fmt_ != Format::BF16 && fmt_ != Format::FP16)
-    throw ConfigError(fmt::format("scheme.state_format: eager decoding supports fp32, bf16 or fp16 states (got {})",
-                                  format_name(fmt_)));
+EagerDecoder::EagerDecoder(Format state_format, Rounding rounding, uint64_t seed)
+    : fmt_(state_format), rnd_(rounding), seed_(seed) {
+  if (fmt_ != Format::FP64 && fmt_ != Format::FP32 && fmt_ != Format::BF16 && fmt_ != Format::FP16)
+    throw ConfigError(fmt::format(
+        "config key 'scheme.state_format': eager decoding supports fp64, fp32, bf16 or fp16 states (got {})",
+        format_name(fmt_)));
 }
 
-std::string EagerDecoder::name() const { return "eager-" + format_name(fmt_); }
+std::string EagerDecoder::name() const {
+  return "eager-" + format_name(fmt_) + (rnd_ == Rounding::Stochastic ? "-sr" : "");
+}
 
 void EagerDecoder::reset(const Model& model, int seqs) {
   model_ = model;
   seqs_ = seqs;
   step_ = 0;
-  state_.assign(static_cast<size_t>(seqs) * model.state_elems(), 0.0f);
+  state_.assign(static_cast<size_t>(seqs) * model.state_elems(), 0.0);
   if (model.family == Family::GDN) {
-    qn_.assign(static_cast<size_t>(seqs) * model.gdn.HK * model.gdn.K, 0.0f);
-    kn_.assign(qn_.size(), 0.0f);
+    qn_.assign(static_cast<size_t>(seqs) * model.gdn.HK * model.gdn.K, 0.0);
+    kn_.assign(qn_.size(), 0.0);
+  }
+}
+
+template <class T>
+T EagerDecoder::store(T v, size_t idx) const {
+  if constexpr (std::is_same_v<T, double>) {
+    return v;  // fp64 state
+  } else {
+    if (fmt_ == Format::FP32) return v;
+    if (rnd_ == Rounding::Stochastic) return round_stochastic(fmt_, v, checkpoint_random_bits(seed_, 2, step_, idx));
+    return round_store(fmt_, v);
   }
 }
 
 void EagerDecoder::advance(const InputChunk& c, int s0, int n, double* y) {
-  const int seqs = seqs_;
-  const size_t out = static_cast<size_t>(model_.out_elems());
-  const long long se = model_.state_elems();
-  const Format f = fmt_;
-  if (model_.family == Family::Mamba2) {
-    const auto& p = model_.mamba2;
-    const int P = p.P, N = p.N, hpg = p.heads_per_group();
-    for (int s = s0; s < s0 + n; ++s) {
-      double* ys = y + static_cast<size_t>(s - s0) * seqs * out;
-#pragma omp parallel for collapse(2) schedule(static)
-      for (int q = 0; q < seqs; ++q)
-        for (int h = 0; h < p.H; ++h) {
-          const float* x = c.at(0, s, q) + static_cast<size_t>(h) * P;
-          const float* B = c.at(2, s, q) + static_cast<size_t>(h / hpg) * N;
-          const float* C = c.at(3, s, q) + static_cast<size_t>(h / hpg) * N;
-          const float* z = p.has_z ? c.at(4, s, q) + static_cast<size_t>(h) * P : nullptr;
-          float delta = softplus_f(c.at(1, s, q)[h] + static_cast<float>(p.dt_bias[h]));
-          delta = std::fmin(std::fmax(delta, static_cast<float>(p.dt_min)), static_cast<float>(p.dt_max));
-          const float a = std::exp(-std::exp(static_cast<float>(p.A_log[h])) * delta);
-          float* S = state_.data() + q * se + static_cast<size_t>(h) * P * N;
-          for (int i = 0; i < P; ++i, S += N) {
-            const float dx = delta * x[i];
-            float acc = 0.0f;
-            for (int j = 0; j < N; ++j) {
-              const float v = store(f, a * S[j] + dx * B[j]);
-              S[j] = v;
-              acc += v * C[j];
-            }
-            float o = acc + static_cast<float>(p.d_at(h, i)) * x[i];
-            if (z) o *= z[i] / (1.0f + std::exp(-z[i]));
-            ys[q * out + static_cast<size_t>(h) * P + i] = o;
-          }
-        }
-    }
-  } else {
-    const auto& p = model_.gdn;
-    const int K = p.K, V = p.V;
-    const float qscale = 1.0f / std::sqrt(static_cast<float>(K));
-    for (int s = s0; s < s0 + n; ++s) {
-      double* ys = y + static_cast<size_t>(s - s0) * seqs * out;
-      for (int q = 0; q < seqs; ++q)
-        for (int hk = 0; hk < p.HK; ++hk) {
-          const size_t off = (static_cast<size_t>(q) * p.HK + hk) * K;
-          const float* qi = c.at(0, s, q) + static_cast<size_t>(hk) * K;
-          const float* ki = c.at(1, s, q) + static_cast<size_t>(hk) * K;
-          float sq = 0, sk = 0;
-          for (int j = 0; j < K; ++j) {
-            sq += qi[j] * qi[j];
-            sk += ki[j] * ki[j];
-          }
-          const float iq = qscale / std::sqrt(sq + static_cast<float>(p.eps));
-          const float ik = 1.0f / std::sqrt(sk + static_cast<float>(p.eps));
-          for (int j = 0; j < K; ++j) {
-            qn_[off + j] = qi[j] * iq;
-            kn_[off + j] = ki[j] * ik;
-          }
-        }
-#pragma omp parallel for collapse(2) schedule(static)
-      for (int q = 0; q < seqs; ++q)
-        for (int h = 0; h < p.HV; ++h) {
-          const size_t off = (static_cast<size_t>(q) * p.HK + h / p.values_per_key()) * K;
-          const float* kn = &kn_[off];
-          const float* qn = &qn_[off];
-          const float g = -std::exp(static_cast<float>(p.A_log[h])) *
-                          softplus_f(c.at(3, s, q)[h] + static_cast<float>(p.dt_bias[h]));
-          const float alpha = std::exp(g);
-          const float beta = 1.0f / (1.0f + std::exp(-c.at(4, s, q)[h]));
-          const float* v = c.at(2, s, q) + static_cast<size_t>(h) * V;
-          float* S = state_.data() + q * se + static_cast<size_t>(h) * V * K;
-          for (int i = 0; i < V; ++i, S += K) {
-            float kv = 0.0f;
-            for (int j = 0; j < K; ++j) kv += S[j] * kn[j];
-            const float u = beta * (v[i] - alpha * kv);
-            float acc = 0.0f;
-            for (int j = 0; j < K; ++j) {
-              const float w = store(f, alpha * S[j] + u * kn[j]);
-              S[j] = w;
-              acc += w * qn[j];
-            }
-            ys[q * out + static_cast<size_t>(h) * V + i] = acc;
-          }
-        }
-    }
+  const size_t out = static_cast<size_t>(seqs_) * model_.out_elems();
+  const bool exact = fmt_ == Format::FP64;
+  for (int s = s0; s < s0 + n; ++s) {
+    double* ys = y + static_cast<size_t>(s - s0) * out;
+    if (model_.family == Family::Mamba2)
+      exact ? step_mamba2<double>(c, s, ys) : step_mamba2<float>(c, s, ys);
+    else
+      exact ? step_gdn<double>(c, s, ys) : step_gdn<float>(c, s, ys);
+    ++step_;
   }
-  step_ += n;
 }
 
-std::vector<StateCopy> EagerDecoder::state() const {
-  return {{"state", step_, std::vector<double>(state_.begin(), state_.end())}};
+template <class T>
+void EagerDecoder::step_mamba2(const InputChunk& c, int s, double* y) {
+  const auto& p = model_.mamba2;
+  const int P = p.P, N = p.N, hpg = p.heads_per_group();
+  const size_t out = static_cast<size_t>(model_.out_elems());
+  const long long se = model_.state_elems();
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int q = 0; q < seqs_; ++q)
+    for (int h = 0; h < p.H; ++h) {
+      const float* x = c.at(0, s, q) + static_cast<size_t>(h) * P;
+      const float* B = c.at(2, s, q) + static_cast<size_t>(h / hpg) * N;
+      const float* C = c.at(3, s, q) + static_cast<size_t>(h / hpg) * N;
+      const float* z = p.has_z ? c.at(4, s, q) + static_cast<size_t>(h) * P : nullptr;
+      T delta = softplus_t<T>(static_cast<T>(c.at(1, s, q)[h]) + static_cast<T>(p.dt_bias[h]));
+      delta = std::fmin(std::fmax(delta, static_cast<T>(p.dt_min)), static_cast<T>(p.dt_max));
+      const T a = std::exp(-std::exp(static_cast<T>(p.A_log[h])) * delta);
+      const size_t base = q * se + static_cast<size_t>(h) * P * N;
+      double* S = state_.data() + base;
+      for (int i = 0; i < P; ++i, S += N) {
+        const T dx = delta * static_cast<T>(x[i]);
+        T acc = 0;
+        for (int j = 0; j < N; ++j) {
+          const T v = store<T>(a * static_cast<T>(S[j]) + dx * static_cast<T>(B[j]), base + static_cast<size_t>(i) * N + j);
+          S[j] = v;
+          acc += v * static_cast<T>(C[j]);
+        }
+        T o = acc + static_cast<T>(p.d_at(h, i)) * static_cast<T>(x[i]);
+        if (z) o *= static_cast<T>(z[i]) / (T(1) + std::exp(-static_cast<T>(z[i])));
+        y[q * out + static_cast<size_t>(h) * P + i] = o;
+      }
+    }
 }
+
+template <class T>
+void EagerDecoder::step_gdn(const InputChunk& c, int s, double* y) {
+  const auto& p = model_.gdn;
+  const int K = p.K, V = p.V;
+  const size_t out = static_cast<size_t>(model_.out_elems());
+  const long long se = model_.state_elems();
+  const T qscale = T(1) / std::sqrt(static_cast<T>(K));
+  for (int q = 0; q < seqs_; ++q)
+    for (int hk = 0; hk < p.HK; ++hk) {
+      const size_t off = (static_cast<size_t>(q) * p.HK + hk) * K;
+      const float* qi = c.at(0, s, q) + static_cast<size_t>(hk) * K;
+      const float* ki = c.at(1, s, q) + static_cast<size_t>(hk) * K;
+      T sq = 0, sk = 0;
+      for (int j = 0; j < K; ++j) {
+        sq += static_cast<T>(qi[j]) * static_cast<T>(qi[j]);
+        sk += static_cast<T>(ki[j]) * static_cast<T>(ki[j]);
+      }
+      const T iq = qscale / std::sqrt(sq + static_cast<T>(p.eps));
+      const T ik = T(1) / std::sqrt(sk + static_cast<T>(p.eps));
+      for (int j = 0; j < K; ++j) {
+        qn_[off + j] = static_cast<T>(qi[j]) * iq;
+        kn_[off + j] = static_cast<T>(ki[j]) * ik;
+      }
+    }
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int q = 0; q < seqs_; ++q)
+    for (int h = 0; h < p.HV; ++h) {
+      const size_t off = (static_cast<size_t>(q) * p.HK + h / p.values_per_key()) * K;
+      const double* kn = &kn_[off];
+      const double* qn = &qn_[off];
+      const T g = -std::exp(static_cast<T>(p.A_log[h])) *
+                  softplus_t<T>(static_cast<T>(c.at(3, s, q)[h]) + static_cast<T>(p.dt_bias[h]));
+      const T alpha = std::exp(g);
+      const T beta = T(1) / (T(1) + std::exp(-static_cast<T>(c.at(4, s, q)[h])));
+      const float* v = c.at(2, s, q) + static_cast<size_t>(h) * V;
+      const size_t base = q * se + static_cast<size_t>(h) * V * K;
+      double* S = state_.data() + base;
+      for (int i = 0; i < V; ++i, S += K) {
+        T kv = 0;
+        for (int j = 0; j < K; ++j) kv += static_cast<T>(S[j]) * static_cast<T>(kn[j]);
+        const T u = beta * (static_cast<T>(v[i]) - alpha * kv);
+        T acc = 0;
+        for (int j = 0; j < K; ++j) {
+          const T w = store<T>(alpha * static_cast<T>(S[j]) + u * static_cast<T>(kn[j]), base + static_cast<size_t>(i) * K + j);
+          S[j] = w;
+          acc += w * static_cast<T>(qn[j]);
+        }
+        y[q * out + static_cast<size_t>(h) * V + i] = acc;
+      }
+    }
+}
+
+std::vector<StateCopy> EagerDecoder::state() const { return {{"state", step_, state_}}; }
 
 }  // namespace rssm

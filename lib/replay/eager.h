@@ -1,7 +1,7 @@
 // Eager decoding at a chosen state format: what a production decode kernel does. Arithmetic is fp32 (as the
-// published kernels do); the state is stored in `state_format` after every step (round-to-nearest-even), so a
-// low-precision state's rounding error enters every later update. With state_format = fp32 this is the usual
-// fp32-state kernel.
+// published kernels do; fp64 when the state is fp64, which makes it the reference computed another way); the
+// state is stored in `state_format` after every step (nearest-even or stochastic rounding), so a low-precision
+// state's rounding error enters every later update. With state_format = fp32 this is the usual fp32-state kernel.
 #pragma once
 
 #include "numeric/format.h"
@@ -11,20 +11,30 @@ namespace rssm {
 
 class EagerDecoder : public Decoder {
  public:
-  // state_format: fp32, bf16 or fp16 (an fp8/int8 state needs scales, which eager kernels do not keep).
-  explicit EagerDecoder(Format state_format);
+  // state_format: fp64, fp32, bf16 or fp16 (an fp8/int8 state needs scales, which eager kernels do not keep).
+  // Stochastic rounding draws bits keyed by (seed, step, element) as checkpoint copies do (copy id 2).
+  explicit EagerDecoder(Format state_format, Rounding rounding = Rounding::Nearest, uint64_t seed = 0);
   std::string name() const override;
   void reset(const Model& model, int seqs) override;
   void advance(const InputChunk& chunk, int s0, int n, double* y) override;
   std::vector<StateCopy> state() const override;
 
  private:
+  template <class T>
+  void step_mamba2(const InputChunk& c, int s, double* y);
+  template <class T>
+  void step_gdn(const InputChunk& c, int s, double* y);
+  template <class T>
+  T store(T v, size_t idx) const;
+
   Format fmt_;
+  Rounding rnd_;
+  uint64_t seed_;
   Model model_;
   int seqs_ = 0;
   long long step_ = 0;
-  std::vector<float> state_;     // [seqs, state_elems], values exactly representable in fmt_
-  std::vector<float> qn_, kn_;   // GDN: normalised q (scaled by 1/sqrt(K)) and k, [seqs, HK, K]
+  std::vector<double> state_;   // [seqs, state_elems], values exactly representable in fmt_
+  std::vector<double> qn_, kn_;  // GDN: normalised q (scaled by 1/sqrt(K)) and k, [seqs, HK, K]
 };
 
 }  // namespace rssm

@@ -26,6 +26,18 @@ const std::vector<KeyDef>& config_keys() {
       {"run.save_outputs", "false",
        "also store every decoder's raw outputs [step, seq, out] and the reference's (small runs only)", false},
       {"run.max_output_gb", "2", "refuse save_outputs when the stored outputs would exceed this many GB", false},
+      {"run.batch", "0",
+       "sweep points advanced together with one reference (0 = split the sweep evenly over --jobs); a finished "
+       "batch is saved at once",
+       false},
+      {"run.seed", "0", "seed of stochastic rounding and of the synthesised readout matrix", false},
+
+      {"metrics.kl", "true", "KL divergence and top-1 agreement through a readout (see README: Metrics)", false},
+      {"metrics.vocab", "4096", "rows of the synthesised readout when the trace has none", false},
+      {"metrics.logit_std", "4", "standard deviation of the reference logits the synthesised readout is scaled to",
+       false},
+      {"metrics.state_error", "true", "state error of every checkpoint copy at every flush (per decay band)", false},
+      {"metrics.eager_state_every", "16", "steps between state-error observations of eager decoders", false},
 
       {"trace.file", "", "HDF5 trace file (format: docs/trace_format.md); empty = synthesise one with [synth]", false},
 
@@ -57,8 +69,34 @@ const std::vector<KeyDef>& config_keys() {
       {"synth.slow_head_frac", "0.125", "GDN: share of value heads with almost no decay", false},
       {"synth.readout_vocab", "0", "also synthesise a readout matrix with this many rows (0 = none)", false},
 
-      {"scheme.decoder", "eager", "decoders under test (sweep axis): eager", true},
-      {"scheme.state_format", "fp32", "state format of eager decoders (sweep axis): fp32, bf16, fp16", true},
+      {"scheme.decoder", "eager",
+       "decoders under test (sweep): eager (state written every step), replay (checkpoint + buffer, one shared "
+       "checkpoint), dual (replay with an update copy and a separate read copy)",
+       true},
+      {"scheme.state_format", "fp32",
+       "(sweep) eager: the state's format (fp64, fp32, bf16, fp16); replay: the shared checkpoint's format (also e4m3, "
+       "e5m2, int8 with per-row scales); dual: the update copy's format",
+       true},
+      {"scheme.read_format", "bf16", "(sweep) dual only: the read copy's format (bf16, fp16, e4m3, e5m2, int8, fp32)",
+       true},
+      {"scheme.buffer_format", "bf16", "(sweep) replay/dual: format of buffered x, B / u, k (fp64, fp32, bf16, fp16)",
+       true},
+      {"scheme.interval", "8", "(sweep) replay/dual: checkpoint interval K, flush every K steps (1..1024)", true},
+      {"scheme.buffer_len", "0",
+       "(sweep) replay/dual: ring capacity in entries, >= interval (0 = interval); larger models a ring shared with "
+       "speculative windows (memory and traffic only)",
+       true},
+      {"scheme.dot_arith", "fp32", "(sweep) replay/dual: arithmetic of the output dots: fp64, fp32, tf32, 3xtf32, bf16",
+       true},
+      {"scheme.flush_arith", "fp32", "(sweep) replay/dual: arithmetic of the flush GEMM: fp64, fp32, tf32, 3xtf32, bf16",
+       true},
+      {"scheme.rounding", "nearest", "(sweep) rounding of state/checkpoint stores: nearest (even) or stochastic", true},
+      {"scheme.route", "inner", "(sweep) GDN replay route: inner (inner products) or reconstruct (rebuild the state)",
+       true},
+      {"scheme.act_format", "bf16",
+       "(sweep) activation format: inputs are rounded to it before any decoder, the fp64 reference included "
+       "(fp32, bf16, fp16)",
+       true},
   };
   return keys;
 }
@@ -215,6 +253,17 @@ std::string Config::resolved_text() const {
       section = sec;
     }
     out += fmt::format("{} = {}\n", k.key.substr(sec.size() + 1), str(k.key));
+  }
+  return out;
+}
+
+std::string Config::identity_text(const std::string& resolved) {
+  std::string out, section, line;
+  std::istringstream in(resolved);
+  while (std::getline(in, line)) {
+    if (!line.empty() && line[0] == '[') section = line;
+    if (section == "[run]" && line.rfind("output =", 0) == 0) continue;
+    out += line + "\n";
   }
   return out;
 }

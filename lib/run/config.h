@@ -43,6 +43,9 @@ class Config {
 
   // "[section]\nkey = value\n..." for every key, as resolved: stored in result files and printed by --dry-run.
   std::string resolved_text() const;
+  // The resolved text without the keys that name where results go (run.output): two runs whose identity texts
+  // are equal compute the same points, so --resume and `merge` compare these.
+  static std::string identity_text(const std::string& resolved);
   // defaults.ini: every key with its default and help line.
   static std::string defaults_text();
   // Where values came from, for messages: the files loaded, in order.

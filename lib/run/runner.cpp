@@ -3,6 +3,12 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <functional>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -14,7 +20,12 @@
 #include <ostream>
 
 #include "errors.h"
+#include "metrics/growth.h"
 #include "metrics/output_error.h"
+#include "metrics/readout.h"
+#include "metrics/state_error.h"
+#include "metrics/traffic.h"
+#include "numeric/format.h"
 #include "replay/reference.h"
 #include "replayssm_version.h"
 #include "run/progress.h"
@@ -150,184 +161,540 @@ AttrMap provenance_attrs() {
 
 namespace {
 
-struct ActiveRun {
-  const RunSpec* spec;
-  std::unique_ptr<Decoder> decoder;
-  OutputErrorSeries err;
-  double seconds = 0;
-};
+std::atomic<bool> g_stop{false};
 
-double mean(const std::vector<double>& v) {
+double mean_of(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
-  return v.empty() ? 0 : s / v.size();
+  return v.empty() ? std::numeric_limits<double>::quiet_NaN() : s / v.size();
 }
-double vmax(const std::vector<double>& v) {
-  double m = 0;
+double max_of(const std::vector<double>& v) {
+  double m = v.empty() ? std::numeric_limits<double>::quiet_NaN() : 0.0;
   for (double x : v)
     if (!(x <= m)) m = x;  // NaN wins
   return m;
+}
+
+// Everything a batch needs that does not change between batches.
+struct Plan {
+  const Config* cfg;
+  std::string output;
+  long long steps;
+  int seqs, chunk, threads_per_job;
+  bool save_outputs, kl, state_err;
+  int vocab, state_every;
+  double logit_std;
+  uint64_t seed;
+  Model model;
+  DecayBands bands;
+};
+
+struct Batch {
+  std::string act;
+  std::vector<const RunSpec*> runs;
+};
+
+// One run's accumulating measurements.
+struct Active {
+  const RunSpec* spec;
+  std::unique_ptr<Decoder> dec;
+  int observe_every;  // tokens between state observations (the interval for replay/dual)
+  OutputErrorSeries err;
+  std::vector<double> kl_mean, kl_max, top1;
+  std::vector<long long> obs_step;
+  std::vector<std::pair<std::string, std::vector<double>>> state_series;  // name -> values per observation
+  std::vector<double> outputs;
+  double seconds = 0;
+};
+
+void push_series(std::vector<std::pair<std::string, std::vector<double>>>& v, const std::string& name, double x) {
+  for (auto& [n, s] : v)
+    if (n == name) {
+      s.push_back(x);
+      return;
+    }
+  v.emplace_back(name, std::vector<double>{x});
+}
+
+// Builds the stored record of a finished run.
+RunRecord make_record(const Plan& pl, Active& a, double eager_fp32_bytes) {
+  const RunSpec& s = *a.spec;
+  RunRecord r;
+  r.id = s.id;
+  r.attrs = {{"id", s.id}, {"decoder_name", a.dec->name()}};
+  for (const auto& [k, v] : s.params) r.attrs.emplace_back(k, v);
+  r.attrs.emplace_back("seconds", a.seconds);
+
+  std::vector<long long> steps(static_cast<size_t>(pl.steps));
+  for (long long i = 0; i < pl.steps; ++i) steps[i] = i;
+  SeriesGroup per_step{"step", steps,
+                       {{"out_rel_err_mean", a.err.rel_mean},
+                        {"out_rel_err_max", a.err.rel_max},
+                        {"out_abs_err_max", a.err.abs_max},
+                        {"out_rel_rms", a.err.rel_rms}}};
+  if (pl.kl) {
+    per_step.series.emplace_back("kl_mean", a.kl_mean);
+    per_step.series.emplace_back("kl_max", a.kl_max);
+    per_step.series.emplace_back("top1_agree", a.top1);
+  }
+  r.groups.push_back(std::move(per_step));
+  if (!a.obs_step.empty()) r.groups.push_back({"flush_step", a.obs_step, a.state_series});
+
+  // Error against position since the last flush (replay/dual) and the log-log growth of output error.
+  const bool replay = s.get("decoder") != "eager";
+  if (replay) {
+    const int interval = std::stoi(s.get("interval"));
+    const PositionProfile prof = error_by_position(a.err.rel_mean, interval);
+    std::vector<long long> pos(static_cast<size_t>(interval));
+    for (int i = 0; i < interval; ++i) pos[i] = i;
+    r.groups.push_back({"position", pos, {{"out_rel_err_by_position", prof.mean}}});
+  }
+  std::vector<double> t1(static_cast<size_t>(pl.steps));
+  for (long long i = 0; i < pl.steps; ++i) t1[i] = static_cast<double>(i + 1);
+  const double out_slope = loglog_slope(t1, a.err.rel_mean);
+
+  // Summary row.
+  AttrMap& sm = r.summary;
+  sm.emplace_back("run", s.id);
+  sm.emplace_back("decoder_name", a.dec->name());
+  for (const auto& [k, v] : s.params) sm.emplace_back(k, v);
+  sm.emplace_back("status", std::string("ok"));
+  sm.emplace_back("skip_reason", std::string(""));
+  sm.emplace_back("steps", pl.steps);
+  sm.emplace_back("out_rel_err_mean", mean_of(a.err.rel_mean));
+  sm.emplace_back("out_rel_err_max", max_of(a.err.rel_max));
+  sm.emplace_back("out_rel_err_final", a.err.rel_mean.empty() ? NAN : a.err.rel_mean.back());
+  sm.emplace_back("out_abs_err_max", max_of(a.err.abs_max));
+  sm.emplace_back("out_rel_rms_mean", mean_of(a.err.rel_rms));
+  sm.emplace_back("out_err_growth_slope", out_slope);
+  r.attrs.emplace_back("out_err_growth_slope", out_slope);
+  if (pl.kl) {
+    sm.emplace_back("kl_mean", mean_of(a.kl_mean));
+    sm.emplace_back("kl_final", a.kl_mean.empty() ? NAN : a.kl_mean.back());
+    sm.emplace_back("top1_agree", mean_of(a.top1));
+  }
+  // State error: last value and growth exponent against the number of observations (flushes), per copy and band.
+  std::vector<double> nobs(a.obs_step.size());
+  for (size_t i = 0; i < nobs.size(); ++i) nobs[i] = static_cast<double>(i + 1);
+  for (const auto& [name, v] : a.state_series) {
+    const double slope = loglog_slope(nobs, v);
+    sm.emplace_back(name + "_final", v.empty() ? NAN : v.back());
+    sm.emplace_back(name + "_growth", slope);
+    r.attrs.emplace_back(name + "_growth", slope);
+  }
+  const Traffic tr = traffic(pl.model, traffic_params(s, pl.seqs));
+  sm.emplace_back("bytes_per_step", tr.batch_amortised);
+  sm.emplace_back("bytes_vs_eager_fp32", tr.batch_amortised / eager_fp32_bytes);
+  r.attrs.emplace_back("bytes_per_step", tr.batch_amortised);
+  sm.emplace_back("seconds", a.seconds);
+  if (pl.save_outputs) {
+    r.output_dims = {pl.steps, pl.seqs, pl.model.out_elems()};
+    r.outputs = std::move(a.outputs);
+  }
+  return r;
+}
+
+// The summary row of a point that has not run: skipped (with its reason) or pending (not finished yet).
+RunRecord placeholder_record(const RunSpec& s) {
+  RunRecord r;
+  r.id = s.id;
+  r.summary = {{"run", s.id}, {"decoder_name", std::string("")}};
+  for (const auto& [k, v] : s.params) r.summary.emplace_back(k, v);
+  r.summary.emplace_back("status", std::string(s.skip_reason.empty() ? "pending" : "skipped"));
+  r.summary.emplace_back("skip_reason", s.skip_reason);
+  r.summary.emplace_back("steps", 0LL);
+  return r;
+}
+
+// Runs one batch to the end. Returns false when a stop was requested (nothing of the batch is kept).
+bool run_batch(const Plan& pl, const Batch& b, TraceSource& src, std::mutex& h5_mutex, std::vector<RunRecord>& out,
+               std::vector<double>* ref_outputs, const std::function<void(long long)>& progress) {
+  const Model& model = pl.model;
+  const int seqs = pl.seqs, out_elems = model.out_elems();
+  const Format act = parse_format(b.act);
+  ReferenceDecoder ref;
+  ref.reset(model, seqs);
+  std::vector<Active> runs;
+  for (const RunSpec* s : b.runs) {
+    Active a;
+    a.spec = s;
+    a.dec = make_decoder(*s, pl.seed);
+    a.dec->reset(model, seqs);
+    a.observe_every = s->get("decoder") == "eager" ? pl.state_every : std::stoi(s->get("interval"));
+    runs.push_back(std::move(a));
+  }
+  std::unique_ptr<Readout> readout;
+  std::vector<double> ref_logits;
+  std::vector<double> kl_rows, top1_rows;
+
+  InputChunk in;
+  std::vector<double> y_ref, y;
+  for (long long s0 = 0; s0 < pl.steps; s0 += pl.chunk) {
+    const int n = static_cast<int>(std::min<long long>(pl.chunk, pl.steps - s0));
+    {
+      std::lock_guard<std::mutex> lock(h5_mutex);
+      src.read(s0, n, in);
+    }
+    if (act != Format::FP32)
+      for (auto& d : in.data) round_nearest_inplace(act, d.data(), d.size());
+    const size_t rows_per_step = static_cast<size_t>(seqs);
+    y_ref.resize(static_cast<size_t>(n) * rows_per_step * out_elems);
+    y.resize(y_ref.size());
+    // Split the chunk where any run observes its state (after `t` tokens with t % observe_every == 0).
+    int pos = 0;
+    while (pos < n) {
+      if (stop_requested()) return false;
+      int end = n;
+      for (const auto& a : runs)
+        if (pl.state_err) {
+          const long long t = s0 + pos;  // tokens folded so far
+          const long long next = (t / a.observe_every + 1) * a.observe_every;
+          end = static_cast<int>(std::min<long long>(end, next - s0));
+        }
+      const int len = end - pos;
+      double* yr = y_ref.data() + static_cast<size_t>(pos) * rows_per_step * out_elems;
+      ref.advance(in, pos, len, yr);
+      if (pl.kl) {
+        if (!readout) {
+          readout = std::make_unique<Readout>(src.readout(), pl.vocab, out_elems, pl.seed);
+          readout->calibrate(yr, static_cast<int>(len * rows_per_step), pl.logit_std);
+        }
+        readout->logits(yr, static_cast<int>(len * rows_per_step), ref_logits);
+      }
+      for (auto& a : runs) {
+        double* yt = y.data() + static_cast<size_t>(pos) * rows_per_step * out_elems;
+        const auto t0 = std::chrono::steady_clock::now();
+        a.dec->advance(in, pos, len, yt);
+        a.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        for (int s = 0; s < len; ++s) {
+          const size_t off = static_cast<size_t>(s) * rows_per_step * out_elems;
+          a.err.push(step_error(yt + off, yr + off, seqs, out_elems));
+        }
+        if (pl.save_outputs) a.outputs.insert(a.outputs.end(), yt, yt + static_cast<size_t>(len) * rows_per_step * out_elems);
+        if (pl.kl) {
+          kl_rows.resize(len * rows_per_step);
+          top1_rows.resize(kl_rows.size());
+          readout->compare(ref_logits, yt, yr, static_cast<int>(kl_rows.size()), kl_rows.data(), top1_rows.data());
+          for (int s = 0; s < len; ++s) {
+            double km = 0, kx = 0, tp = 0;
+            for (int q = 0; q < seqs; ++q) {
+              const double k = kl_rows[s * rows_per_step + q];
+              km += k / seqs;
+              if (!(k <= kx)) kx = k;
+              tp += top1_rows[s * rows_per_step + q] / seqs;
+            }
+            a.kl_mean.push_back(km);
+            a.kl_max.push_back(kx);
+            a.top1.push_back(tp);
+          }
+        }
+      }
+      pos = end;
+      const long long tokens = s0 + pos;
+      if (pl.state_err)
+        for (auto& a : runs) {
+          if (tokens % a.observe_every != 0) continue;
+          a.obs_step.push_back(tokens);
+          for (const auto& copy : a.dec->state()) {
+            if (copy.step != tokens) throw InternalError(fmt::format("{}: {} copy at step {}, expected {}", a.dec->name(),
+                                                                     copy.name, copy.step, tokens));
+            const StateErrorStats st = state_error(model, pl.bands, copy.value.data(), ref.raw_state().data(), seqs);
+            const std::string base = "state_rel_err_" + copy.name;
+            push_series(a.state_series, base, st.rel_mean);
+            for (size_t bi = 0; bi < pl.bands.names.size(); ++bi)
+              if (pl.bands.count[bi] > 0) push_series(a.state_series, base + "_" + pl.bands.names[bi], st.band_rel_mean[bi]);
+          }
+        }
+    }
+    if (pl.save_outputs && ref_outputs) ref_outputs->insert(ref_outputs->end(), y_ref.begin(), y_ref.end());
+    progress(static_cast<long long>(n) * static_cast<long long>(runs.size()));
+  }
+  const double eager_bytes = traffic(model, [&] {
+                               TrafficParams t;
+                               t.scheme = "eager";
+                               t.state_bytes = 4;
+                               t.act_bytes = 2;
+                               t.batch = seqs;
+                               return t;
+                             }()).batch_amortised;
+  for (auto& a : runs) out.push_back(make_record(pl, a, eager_bytes));
+  return true;
+}
+
+}  // namespace
+
+void request_stop() { g_stop.store(true); }
+bool stop_requested() { return g_stop.load(); }
+
+namespace {
+
+std::string cell_text(const AttrMap& row, const std::string& key, const char* fmt_spec) {
+  for (const auto& [k, v] : row)
+    if (k == key) {
+      if (const double* d = std::get_if<double>(&v)) return fmt::format(fmt::runtime(fmt_spec), *d);
+      if (const long long* i = std::get_if<long long>(&v)) return fmt::format("{}", *i);
+      return std::get<std::string>(v);
+    }
+  return "-";
+}
+
+void print_table(std::ostream& out, const std::vector<RunRecord>& recs, bool kl) {
+  // The sweep keys that vary are the interesting columns; constant ones go in one line above the table.
+  std::vector<std::string> keys;
+  for (const auto& k : config_keys())
+    if (k.sweep) keys.push_back(k.key.substr(k.key.find('.') + 1));
+  std::vector<std::string> varying;
+  for (const auto& k : keys) {
+    std::string first;
+    bool varies = false, any = false;
+    for (const auto& r : recs) {
+      const std::string v = cell_text(r.summary, k, "{}");
+      if (!any) first = v, any = true;
+      varies = varies || v != first;
+    }
+    if (varies) varying.push_back(k);
+  }
+  std::string head = fmt::format("{:<9} {:<22}", "run", "decoder");
+  for (const auto& k : varying) head += fmt::format(" {:>12}", k.substr(0, 12));
+  head += fmt::format(" {:>11} {:>11} {:>11}", "rel err", "rel max", "rel final");
+  if (kl) head += fmt::format(" {:>10} {:>7}", "KL", "top1");
+  head += fmt::format(" {:>9} {:>9}", "bytes/eag", "us/step");
+  fmt::print(out, "{}\n", head);
+  for (const auto& r : recs) {
+    std::string line = fmt::format("{:<9} {:<22}", r.id, cell_text(r.summary, "decoder_name", "{}"));
+    for (const auto& k : varying) line += fmt::format(" {:>12}", cell_text(r.summary, k, "{}"));
+    if (!r.completed()) {
+      fmt::print(out, "{}  skipped: {}\n", line, cell_text(r.summary, "skip_reason", "{}"));
+      continue;
+    }
+    line += fmt::format(" {:>11} {:>11} {:>11}", cell_text(r.summary, "out_rel_err_mean", "{:.3e}"),
+                        cell_text(r.summary, "out_rel_err_max", "{:.3e}"),
+                        cell_text(r.summary, "out_rel_err_final", "{:.3e}"));
+    if (kl)
+      line += fmt::format(" {:>10} {:>7}", cell_text(r.summary, "kl_mean", "{:.2e}"),
+                          cell_text(r.summary, "top1_agree", "{:.4f}"));
+    double secs = 0, steps = 1;
+    for (const auto& [k, v] : r.summary) {
+      if (k == "seconds") secs = std::get<double>(v);
+      if (k == "steps") steps = static_cast<double>(std::get<long long>(v));
+    }
+    line += fmt::format(" {:>9} {:>9.1f}", cell_text(r.summary, "bytes_vs_eager_fp32", "{:.3f}"), 1e6 * secs / steps);
+    fmt::print(out, "{}\n", line);
+  }
 }
 
 }  // namespace
 
 std::string run_experiment(const Config& cfg, std::ostream& out, const RunnerOptions& opts) {
   // Validate everything before touching the output file.
-  const std::string output = cfg.str("run.output");
-  if (output.empty()) throw ConfigError("config key 'run.output': must name a result file");
+  Plan pl;
+  pl.cfg = &cfg;
+  pl.output = cfg.str("run.output");
+  if (pl.output.empty()) throw ConfigError("config key 'run.output': must name a result file");
   const long long steps_req = cfg.integer("run.steps", 0, std::numeric_limits<long long>::max());
   const long long seqs_req = cfg.integer("run.seqs", 0, 1 << 20);
-  const int chunk = static_cast<int>(cfg.integer("run.chunk", 1, 1 << 20));
+  pl.chunk = static_cast<int>(cfg.integer("run.chunk", 1, 1 << 20));
   const int threads = static_cast<int>(cfg.integer("run.threads", 0, 4096));
-  const bool save_outputs = cfg.boolean("run.save_outputs");
+  pl.save_outputs = cfg.boolean("run.save_outputs");
   const double max_output_gb = cfg.real("run.max_output_gb", 0.0, 1e6);
-  std::vector<RunSpec> specs = expand_sweep(cfg);
-  if (threads > 0) omp_set_num_threads(threads);
+  pl.seed = static_cast<uint64_t>(cfg.integer("run.seed", 0, std::numeric_limits<long long>::max()));
+  pl.kl = cfg.boolean("metrics.kl");
+  pl.vocab = static_cast<int>(cfg.integer("metrics.vocab", 2, 1 << 20));
+  pl.logit_std = cfg.real("metrics.logit_std", 1e-3, 1e3);
+  pl.state_err = cfg.boolean("metrics.state_error");
+  pl.state_every = static_cast<int>(cfg.integer("metrics.eager_state_every", 1, 1 << 20));
+  const int batch_size = static_cast<int>(cfg.integer("run.batch", 0, 1 << 20));
+  if (opts.jobs < 1) throw ConfigError(fmt::format("--jobs must be at least 1 (got {})", opts.jobs));
+  if (opts.shard_count < 1 || opts.shard_index < 0 || opts.shard_index >= opts.shard_count)
+    throw ConfigError(fmt::format("--shard {}/{}: expected i/n with 0 <= i < n", opts.shard_index, opts.shard_count));
 
   std::unique_ptr<TraceSource> src = open_trace(cfg);
-  const Model& model = src->model();
+  pl.model = src->model();
   if (steps_req > src->steps())
     throw ConfigError(fmt::format("config key 'run.steps': {} steps requested but the trace ({}) has {}", steps_req,
                                   src->describe(), src->steps()));
   if (seqs_req > src->seqs())
     throw ConfigError(fmt::format("config key 'run.seqs': {} sequences requested but the trace ({}) has {}", seqs_req,
                                   src->describe(), src->seqs()));
-  const long long steps = steps_req ? steps_req : src->steps();
-  const int seqs = static_cast<int>(seqs_req ? seqs_req : src->seqs());
-  const int out_elems = model.out_elems();
+  pl.steps = steps_req ? steps_req : src->steps();
+  pl.seqs = static_cast<int>(seqs_req ? seqs_req : src->seqs());
+  pl.bands = decay_bands(pl.model);
+  if (pl.kl && !src->readout().empty() && src->readout_vocab() < 2)
+    throw FormatError(fmt::format("{}: readout has fewer than 2 rows", src->describe()));
+  const std::vector<RunSpec> specs = expand_sweep(cfg, pl.model.family);
 
-  std::vector<ActiveRun> runs;
-  for (const auto& s : specs) {
-    if (!s.skip_reason.empty()) {
-      std::string what;
-      for (const auto& [k, v] : s.params) what += fmt::format("{}{}={}", what.empty() ? "" : " ", k, v);
-      fmt::print(stderr, "skipping {} ({}): {}\n", s.id, what, s.skip_reason);
-      continue;
-    }
-    runs.push_back({&s, make_decoder(s), {}, 0});
-  }
+  // This shard's points; skipped ones are announced and recorded.
+  std::vector<const RunSpec*> mine;
+  for (const auto& s : specs)
+    if (s.index % opts.shard_count == opts.shard_index) mine.push_back(&s);
 
-  const long long need = estimate_run_bytes(model, seqs, chunk, static_cast<int>(runs.size()));
+  const int jobs = opts.jobs;
+  const int total_threads = threads > 0 ? threads : omp_get_max_threads();
+  pl.threads_per_job = std::max(1, total_threads / jobs);
+  const long long need =
+      static_cast<long long>(jobs) *
+      estimate_run_bytes(pl.model, pl.seqs, pl.chunk,
+                         static_cast<int>(std::min<size_t>(mine.size(), batch_size > 0 ? batch_size : mine.size())));
   const long long avail = available_memory_bytes();
   if (avail > 0 && need > avail)
-    throw ConfigError(fmt::format("run needs about {:.1f} GB of memory ({} decoders, {} sequences, {}), but only {:.1f} "
-                                  "GB is available: reduce run.seqs or the sweep",
-                                  need / 1e9, runs.size() + 1, seqs, model.geometry_string(), avail / 1e9));
-  const double out_gb = save_outputs ? 8.0 * steps * seqs * out_elems * (runs.size() + 1) / 1e9 : 0.0;
+    throw ConfigError(fmt::format("run needs about {:.1f} GB of memory ({} sequences of {}, {} decoders at once), but "
+                                  "only {:.1f} GB is available: reduce run.seqs, run.batch or the sweep",
+                                  need / 1e9, pl.seqs, pl.model.geometry_string(), mine.size(), avail / 1e9));
+  const double out_gb = pl.save_outputs ? 8.0 * pl.steps * pl.seqs * pl.model.out_elems() * (mine.size() + 1) / 1e9 : 0;
   if (out_gb > max_output_gb)
     throw ConfigError(fmt::format("config key 'run.save_outputs': the raw outputs would take {:.2f} GB, more than "
                                   "run.max_output_gb = {}",
                                   out_gb, max_output_gb));
 
-  AttrMap root = provenance_attrs();
-  root.emplace_back("config", cfg.resolved_text());
-  root.emplace_back("config_sources", fmt::format("{}", fmt::join(cfg.sources(), ", ")));
-  root.emplace_back("trace", src->describe());
-  root.emplace_back("family", family_name(model.family));
-  root.emplace_back("geometry", model.geometry_string());
-  root.emplace_back("steps", steps);
-  root.emplace_back("seqs", static_cast<long long>(seqs));
-  root.emplace_back("reference", std::string("ref-fp64: fp64 eager recurrence on the same (fp32-stored) inputs"));
-  for (const auto& a : opts.extra_root_attrs) root.push_back(a);
-  ResultsWriter writer(output, root);
+  // The result set: provenance, then one record per point of this shard (completed ones filled as batches end).
+  ResultSet rs;
+  rs.root = provenance_attrs();
+  rs.root.emplace_back("config", cfg.resolved_text());
+  rs.root.emplace_back("config_sources", fmt::format("{}", fmt::join(cfg.sources(), ", ")));
+  rs.root.emplace_back("trace", src->describe());
+  rs.root.emplace_back("family", family_name(pl.model.family));
+  rs.root.emplace_back("geometry", pl.model.geometry_string());
+  rs.root.emplace_back("steps", pl.steps);
+  rs.root.emplace_back("seqs", static_cast<long long>(pl.seqs));
+  rs.root.emplace_back("shard", fmt::format("{}/{}", opts.shard_index, opts.shard_count));
+  rs.root.emplace_back("reference",
+                       std::string("ref-fp64: fp64 eager recurrence on the same inputs, rounded to the run's act_format"));
+  for (const auto& a : opts.extra_root_attrs) rs.root.push_back(a);
+  for (const RunSpec* s : mine) rs.runs.push_back(placeholder_record(*s));  // replaced as runs finish
 
-  ReferenceDecoder ref;
-  ref.reset(model, seqs);
-  for (auto& r : runs) r.decoder->reset(model, seqs);
-  if (save_outputs) {
-    writer.create_outputs("reference", "outputs", steps, seqs, out_elems);
-    for (auto& r : runs) writer.create_outputs("runs/" + r.spec->id, "outputs", steps, seqs, out_elems);
-  }
-
-  InputChunk in;
-  std::vector<double> y_ref, y;
-  Progress progress(fmt::format("run {} x {} steps", runs.size(), steps), steps, opts.progress);
-  double ref_seconds = 0;
-  for (long long s0 = 0; s0 < steps; s0 += chunk) {
-    const int n = static_cast<int>(std::min<long long>(chunk, steps - s0));
-    src->read(s0, n, in);
-    y_ref.resize(static_cast<size_t>(n) * seqs * out_elems);
-    y.resize(y_ref.size());
-    // Decoders see the first `seqs` sequences of the chunk; their output rows are [n, seqs, out].
-    auto t0 = std::chrono::steady_clock::now();
-    ref.advance(in, 0, n, y_ref.data());
-    ref_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (save_outputs) writer.append_outputs("reference", "outputs", s0, n, y_ref.data());
-    for (auto& r : runs) {
-      t0 = std::chrono::steady_clock::now();
-      r.decoder->advance(in, 0, n, y.data());
-      r.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      for (int s = 0; s < n; ++s) {
-        const size_t off = static_cast<size_t>(s) * seqs * out_elems;
-        r.err.push(step_error(y.data() + off, y_ref.data() + off, seqs, out_elems));
+  remove_stale_temporaries(pl.output);
+  std::set<std::string> done_ids;
+  if (opts.resume) {
+    std::ifstream probe(pl.output);
+    if (probe) {
+      ResultSet old = read_result_file(pl.output);
+      std::string old_cfg, old_shard;
+      for (const auto& [k, v] : old.root) {
+        if (k == "config") old_cfg = std::get<std::string>(v);
+        if (k == "shard") old_shard = std::get<std::string>(v);
       }
-      if (save_outputs) writer.append_outputs("runs/" + r.spec->id, "outputs", s0, n, y.data());
+      if (Config::identity_text(old_cfg) != Config::identity_text(cfg.resolved_text()))
+        throw ConfigError(fmt::format("--resume: {} was written by a different config (compare `replayssm inspect {}` "
+                                      "with --dry-run); remove it or drop --resume",
+                                      pl.output, pl.output));
+      if (old_shard != fmt::format("{}/{}", opts.shard_index, opts.shard_count))
+        throw ConfigError(fmt::format("--resume: {} holds shard {}, not {}/{}", pl.output, old_shard, opts.shard_index,
+                                      opts.shard_count));
+      for (auto& r : old.runs)
+        if (r.completed())
+          for (auto& mine_r : rs.runs)
+            if (mine_r.id == r.id) {
+              done_ids.insert(r.id);
+              mine_r = std::move(r);
+            }
+      rs.reference_outputs = std::move(old.reference_outputs);
+      rs.reference_dims = old.reference_dims;
+      fmt::print(stderr, "resuming {}: {} run(s) already complete\n", pl.output, done_ids.size());
     }
-    progress.update(s0 + n);
+  }
+  if (pl.save_outputs) rs.reference_dims = {pl.steps, pl.seqs, pl.model.out_elems()};
+
+  // Batches: pending runs grouped by activation format, cut so that `jobs` workers share the work.
+  std::vector<Batch> batches;
+  {
+    std::map<std::string, std::vector<const RunSpec*>> by_act;
+    std::vector<std::string> order;
+    for (const RunSpec* s : mine)
+      if (s->skip_reason.empty() && !done_ids.count(s->id)) {
+        const std::string& a = s->get("act_format");
+        if (!by_act.count(a)) order.push_back(a);
+        by_act[a].push_back(s);
+      }
+    for (const auto& a : order) {
+      const auto& v = by_act[a];
+      const size_t per = batch_size > 0 ? static_cast<size_t>(batch_size)
+                                        : std::max<size_t>(1, (v.size() + jobs - 1) / jobs);
+      for (size_t i = 0; i < v.size(); i += per)
+        batches.push_back({a, std::vector<const RunSpec*>(v.begin() + i, v.begin() + std::min(v.size(), i + per))});
+    }
+  }
+  long long total_work = 0;
+  for (const auto& b : batches) total_work += pl.steps * static_cast<long long>(b.runs.size());
+
+  for (const RunSpec* s : mine)
+    if (!s->skip_reason.empty()) {
+      std::string what;
+      for (const auto& [k, v] : s->params) what += fmt::format("{}{}={}", what.empty() ? "" : " ", k, v);
+      fmt::print(stderr, "skipping {} ({}): {}\n", s->id, what, s->skip_reason);
+    }
+  std::mutex mu, h5_mutex;
+  write_result_file(pl.output, rs);  // skipped points and resumed runs are on disk from the start
+  Progress progress(fmt::format("run {} batch(es), {} steps", batches.size(), pl.steps), total_work, opts.progress);
+  long long work_done = 0;
+  size_t next_batch = 0;
+  std::exception_ptr failure;
+  bool interrupted = false;
+  auto worker = [&](int job) {
+    omp_set_num_threads(pl.threads_per_job);
+    std::unique_ptr<TraceSource> wsrc;
+    try {
+      {
+        std::lock_guard<std::mutex> lock(h5_mutex);
+        wsrc = job == 0 ? std::move(src) : open_trace(cfg);
+      }
+      while (true) {
+        size_t bi;
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (next_batch >= batches.size() || failure || interrupted) return;
+          bi = next_batch++;
+        }
+        std::vector<RunRecord> recs;
+        std::vector<double> ref_out;
+        const bool keep_ref = pl.save_outputs && !rs.reference_outputs.count(batches[bi].act);
+        const bool ok = run_batch(pl, batches[bi], *wsrc, h5_mutex, recs, keep_ref ? &ref_out : nullptr,
+                                  [&](long long w) {
+                                    std::lock_guard<std::mutex> lock(mu);
+                                    work_done += w;
+                                    progress.update(work_done);
+                                  });
+        std::lock_guard<std::mutex> lock(mu);
+        if (!ok) {
+          interrupted = true;
+          return;
+        }
+        for (auto& r : recs)
+          for (auto& slot : rs.runs)
+            if (slot.id == r.id) slot = std::move(r);
+        if (keep_ref && !rs.reference_outputs.count(batches[bi].act))
+          rs.reference_outputs[batches[bi].act] = std::move(ref_out);
+        std::lock_guard<std::mutex> h5lock(h5_mutex);
+        write_result_file(pl.output, rs);
+      }
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!failure) failure = std::current_exception();
+    }
+  };
+  if (jobs == 1 || batches.size() <= 1) {
+    worker(0);
+  } else {
+    std::vector<std::thread> pool;
+    for (int j = 0; j < std::min<int>(jobs, static_cast<int>(batches.size())); ++j) pool.emplace_back(worker, j);
+    for (auto& t : pool) t.join();
   }
   progress.finish();
-
-  std::vector<long long> step_index(static_cast<size_t>(steps));
-  for (long long i = 0; i < steps; ++i) step_index[i] = i;
-  for (auto& r : runs) {
-    AttrMap attrs = {{"id", r.spec->id}, {"decoder_name", r.decoder->name()}};
-    for (const auto& [k, v] : r.spec->params) attrs.emplace_back(k, v);
-    attrs.emplace_back("seconds", r.seconds);
-    writer.write_run(r.spec->id, attrs, step_index,
-                     {{"out_rel_err_mean", r.err.rel_mean},
-                      {"out_rel_err_max", r.err.rel_max},
-                      {"out_abs_err_max", r.err.abs_max},
-                      {"out_rel_rms", r.err.rel_rms}});
+  if (failure) std::rethrow_exception(failure);
+  size_t complete = 0, runnable = 0;
+  for (const RunSpec* s : mine) runnable += s->skip_reason.empty();
+  for (const auto& r : rs.runs) complete += r.completed();
+  if (interrupted || stop_requested()) {
+    throw Interrupted(fmt::format(
+        "interrupted: {} of {} runs complete and saved in {}; finish the sweep with the same command plus --resume",
+        complete, runnable, pl.output));
   }
 
-  // Summary: one row per point of the sweep, skipped ones included with their reason.
-  std::vector<std::pair<std::string, std::vector<AttrValue>>> cols;
-  auto col = [&](const std::string& name) -> std::vector<AttrValue>& {
-    for (auto& c : cols)
-      if (c.first == name) return c.second;
-    cols.emplace_back(name, std::vector<AttrValue>{});
-    return cols.back().second;
-  };
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  for (const auto& s : specs) {
-    const ActiveRun* r = nullptr;
-    for (const auto& a : runs)
-      if (a.spec == &s) r = &a;
-    col("run").emplace_back(s.id);
-    col("decoder_name").emplace_back(r ? r->decoder->name() : std::string(""));
-    for (const auto& [k, v] : s.params) col(k).emplace_back(v);
-    col("status").emplace_back(std::string(r ? "ok" : "skipped"));
-    col("skip_reason").emplace_back(s.skip_reason);
-    col("steps").emplace_back(r ? steps : 0LL);
-    col("out_rel_err_mean").emplace_back(r ? mean(r->err.rel_mean) : nan);
-    col("out_rel_err_max").emplace_back(r ? vmax(r->err.rel_max) : nan);
-    col("out_rel_err_final").emplace_back(r && !r->err.rel_mean.empty() ? r->err.rel_mean.back() : nan);
-    col("out_abs_err_max").emplace_back(r ? vmax(r->err.abs_max) : nan);
-    col("out_rel_rms_mean").emplace_back(r ? mean(r->err.rel_rms) : nan);
-    col("seconds").emplace_back(r ? r->seconds : nan);
-  }
-  writer.write_summary(cols);
-
-  // The terminal table.
-  fmt::print(out, "trace: {}\n{} {}, {} steps x {} sequences; reference ref-fp64 took {:.2f} s\n\n", src->describe(),
-             family_name(model.family), model.geometry_string(), steps, seqs, ref_seconds);
-  fmt::print(out, "{:<9} {:<14} {:>14} {:>14} {:>14} {:>12} {:>10}\n", "run", "decoder", "rel err mean",
-             "rel err max", "rel err final", "abs err max", "us/step");
-  for (const auto& s : specs) {
-    const ActiveRun* r = nullptr;
-    for (const auto& a : runs)
-      if (a.spec == &s) r = &a;
-    if (!r) {
-      fmt::print(out, "{:<9} skipped: {}\n", s.id, s.skip_reason);
-      continue;
-    }
-    fmt::print(out, "{:<9} {:<14} {:>14.3e} {:>14.3e} {:>14.3e} {:>12.3e} {:>10.1f}\n", s.id, r->decoder->name(),
-               mean(r->err.rel_mean), vmax(r->err.rel_max), r->err.rel_mean.back(), vmax(r->err.abs_max),
-               1e6 * r->seconds / steps);
-  }
-  writer.commit();
-  fmt::print(out, "\nwrote {}\n", output);
-  return output;
+  fmt::print(out, "trace: {}\n{} {}, {} steps x {} sequences, activations rounded per act_format\n\n",
+             cell_text(rs.root, "trace", "{}"),
+             family_name(pl.model.family), pl.model.geometry_string(), pl.steps, pl.seqs);
+  print_table(out, rs.runs, pl.kl);
+  fmt::print(out, "\nwrote {}\n", pl.output);
+  return pl.output;
 }
 
 }  // namespace rssm

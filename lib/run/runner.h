@@ -1,10 +1,16 @@
-// The runner: one `replayssm run` from a resolved config to a committed result file.
-//   trace (file or synthesised) -> chunk of inputs -> fp64 reference + every decoder under test, in lockstep
-//   -> per-step metrics -> /runs/<id> groups and /summary -> rename into place.
-// The reference runs once per chunk and is shared by all runs of the sweep.
+// The runner: one `replayssm run` from a resolved config to a result file.
+//   trace (file or synthesised) -> chunk of inputs -> rounded to the run's activation format -> the fp64 reference
+//   and every decoder of a batch, in lockstep -> per-step output error and KL, state error at every flush
+//   -> run records -> the result file, rewritten whole after every batch (io/results.h).
+// Sweep points are grouped by activation format and cut into batches; one reference serves a batch. `jobs`
+// batches run at once (threads, each with its share of the OpenMP threads). A completed batch is in the file at
+// once, so an interrupted sweep keeps what it finished and --resume runs only the rest; a run's numbers do not
+// depend on which batch it ran in.
 #pragma once
 
+#include <atomic>
 #include <iosfwd>
+#include <stdexcept>
 #include <memory>
 #include <string>
 
@@ -22,12 +28,25 @@ SynthConfig synth_config(const Config& cfg);
 std::unique_ptr<TraceSource> open_trace(const Config& cfg);
 
 struct RunnerOptions {
-  bool progress = true;  // progress line on stderr
+  bool progress = true;      // progress line on stderr
   AttrMap extra_root_attrs;  // e.g. the command line
+  int jobs = 1;              // batches in parallel
+  bool resume = false;       // keep the runs already complete in the output file, run the rest
+  int shard_index = 0;       // run only the points whose index % shard_count == shard_index
+  int shard_count = 1;
 };
 
-// Runs every point of the sweep and writes run.output. Prints the summary table to `out`. Returns the result path.
+// Thrown when a stop was requested (SIGINT): the result file holds every batch completed before it.
+struct Interrupted : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Runs the sweep and writes run.output. Prints the summary table to `out`. Returns the result path.
 std::string run_experiment(const Config& cfg, std::ostream& out, const RunnerOptions& opts);
+
+// Asks running experiments to stop at the next step boundary (async-signal-safe: sets a flag).
+void request_stop();
+bool stop_requested();
 
 // Bytes a run will hold in memory (states of every decoder plus chunk buffers); checked against the machine
 // before anything is allocated.

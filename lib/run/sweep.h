@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "metrics/traffic.h"
 #include "run/config.h"
 #include "run/decoder.h"
 
@@ -21,10 +22,14 @@ struct RunSpec {
 };
 
 // Every value of every sweep key is checked (a bad value is a ConfigError naming the key); combinations that are
-// valid value by value but not together get a skip_reason.
-std::vector<RunSpec> expand_sweep(const Config& cfg);
+// valid value by value but not together, or that repeat another run (a key that does not apply to the decoder or
+// the family), get a skip_reason.
+std::vector<RunSpec> expand_sweep(const Config& cfg, Family family);
 
-// The decoder a run specifies. Throws ConfigError for a bad value (already caught by expand_sweep).
-std::unique_ptr<Decoder> make_decoder(const RunSpec& spec);
+// The decoder a run specifies; `seed` keys stochastic rounding. Throws ConfigError for a bad value.
+std::unique_ptr<Decoder> make_decoder(const RunSpec& spec, uint64_t seed);
+
+// The traffic model's parameters for a run over `batch` sequences (metrics/traffic.h).
+TrafficParams traffic_params(const RunSpec& spec, int batch);
 
 }  // namespace rssm

@@ -1,0 +1,67 @@
+#include "replay/checkpoint.h"
+
+#include <fmt/format.h>
+
+#include "errors.h"
+#include "numeric/philox.h"
+#include "numeric/scaled.h"
+
+namespace rssm {
+
+uint32_t checkpoint_random_bits(uint64_t seed, uint32_t copy_id, long long step, long long i) {
+  const uint64_t block = static_cast<uint64_t>(i) >> 2;
+  const PhiloxBlock r = philox4x32_10(
+      PhiloxBlock{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), static_cast<uint32_t>(step),
+                   copy_id}},
+      static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+  return r.v[i & 3];
+}
+
+void CheckpointCopy::init(Format fmt, Rounding rnd, long long elems, int row_len, uint32_t copy_id, uint64_t seed) {
+  if (fmt == Format::INT8 || fmt == Format::E4M3 || fmt == Format::E5M2) {
+    if (row_len <= 0) throw InternalError("scaled checkpoint needs a row length");
+  }
+  fmt_ = fmt;
+  rnd_ = rnd;
+  row_len_ = row_len;
+  copy_id_ = copy_id;
+  seed_ = seed;
+  values_.assign(static_cast<size_t>(elems), 0.0);
+}
+
+double CheckpointCopy::bytes_per_elem() const {
+  return format_bytes(fmt_) + (is_scaled_format(fmt_) ? 4.0 / row_len_ : 0.0);
+}
+
+void CheckpointCopy::store(const double* src, long long off, long long n, long long step) {
+  // Called concurrently for disjoint ranges (one per head): scratch is local, never a member.
+  double* dst = values_.data() + off;
+  const bool sr = rnd_ == Rounding::Stochastic && fmt_ != Format::FP64;
+  std::vector<uint32_t> random_;
+  std::vector<uint8_t> codes_;
+  if (sr) {
+    random_.resize(static_cast<size_t>(n));
+    for (long long i = 0; i < n; ++i) random_[i] = checkpoint_random_bits(seed_, copy_id_, step, off + i);
+  }
+  if (fmt_ == Format::FP64) {
+    std::copy(src, src + n, dst);
+    return;
+  }
+  if (is_scaled_format(fmt_)) {
+    codes_.resize(static_cast<size_t>(row_len_));
+    for (long long r = 0; r < n; r += row_len_) {
+      const float scale = quantize_row(fmt_, rnd_, src + r, row_len_, codes_.data(), sr ? &random_[r] : nullptr);
+      dequantize_row(fmt_, codes_.data(), row_len_, scale, dst + r);
+    }
+    return;
+  }
+  // The decoder's arithmetic produced src; storing first rounds it to fp32 (the value a kernel's fp32 register
+  // holds), then into the format: with fp32 arithmetic the first rounding is exact.
+  if (sr) {
+    for (long long i = 0; i < n; ++i) dst[i] = round_stochastic(fmt_, static_cast<float>(src[i]), random_[i]);
+  } else {
+    for (long long i = 0; i < n; ++i) dst[i] = round_nearest(fmt_, static_cast<float>(src[i]));
+  }
+}
+
+}  // namespace rssm

@@ -1,0 +1,85 @@
+// ReplaySSM decoders on the CPU: a checkpoint plus a buffer of the inputs since it (METHOD.md, "ReplaySSM standard
+// decoding"), for Mamba-2 (output-only route) and GDN (reconstruct and inner-product routes), with a single shared
+// checkpoint or a dual-precision pair (an update copy that flushes read and write, and a read copy refreshed at
+// each flush that every step reads for its output).
+// Every precision is a run-time choice: checkpoint formats, buffer format, arithmetic of the dots and of the flush
+// GEMM (numeric/arith.h), rounding mode. Arithmetic runs in double when both dot and flush arithmetic are fp64
+// (exact replay), otherwise in fp32 as a kernel does.
+// Emulation choices a kernel must share to match bit for bit:
+//  - the current token enters the output through its buffered (buffer-format) copy, like every earlier entry;
+//  - Λ / G are running fp32 sums of A·Δ / g over the buffer; weights are exp(Λ_t − Λ_j);
+//  - a flush happens right after the step that fills the buffer to `interval` entries, so the checkpoint after a
+//    flush at step t holds t + 1 folded tokens; the next step reads it through an empty buffer.
+#pragma once
+
+#include "numeric/arith.h"
+#include "numeric/format.h"
+#include "replay/checkpoint.h"
+#include "run/decoder.h"
+
+namespace rssm {
+
+// Per-entry weights live on the stack of each (sequence, head) task.
+constexpr int kMaxInterval = 1024;
+
+enum class GdnRoute { Inner, Reconstruct };
+std::string gdn_route_name(GdnRoute r);          // "inner", "reconstruct"
+GdnRoute parse_gdn_route(const std::string& s);  // throws ConfigError
+
+struct ReplayOptions {
+  int interval = 8;        // flush every `interval` steps (K in METHOD.md)
+  int buffer_len = 0;      // ring capacity (0: equal to interval); >= interval. Changes memory and traffic only.
+  Format update_format = Format::FP32;  // the checkpoint flushes read and write
+  bool dual = false;                    // keep a separate read copy
+  Format read_format = Format::BF16;    // dual only: the copy every step reads for its output
+  Format buffer_format = Format::BF16;  // buffered x, B (Mamba-2) / u, k (GDN); Δ and g stay in the arithmetic
+  Arith dot_arith = Arith::FP32;        // S·C, B·C (Mamba-2); S·k, S·q, k·k, k·q (GDN)
+  Arith flush_arith = Arith::FP32;      // the rank-K update of the flush
+  Rounding rounding = Rounding::Nearest;  // checkpoint stores
+  uint64_t seed = 0;                      // stochastic rounding
+  GdnRoute route = GdnRoute::Inner;
+};
+
+class ReplayDecoder : public Decoder {
+ public:
+  explicit ReplayDecoder(const ReplayOptions& opt);
+  std::string name() const override;
+  void reset(const Model& model, int seqs) override;
+  void advance(const InputChunk& chunk, int s0, int n, double* y) override;
+  // "checkpoint" (the update copy) and, for dual decoders, "read"; both at the last flush.
+  std::vector<StateCopy> state() const override;
+
+  const ReplayOptions& options() const { return opt_; }
+  int buffered() const { return count_; }  // entries in the buffer now
+  // Test hook: the buffered x (Mamba-2) or u (GDN) of entry j of sequence q, [H, P] or [HV, V].
+  double* buffer_values(int q, int j);
+  // Test hook: the update copy.
+  CheckpointCopy& checkpoint() { return update_; }
+
+ private:
+  template <class T>
+  void step_mamba2(const InputChunk& c, int s, double* y);
+  template <class T>
+  void flush_mamba2();
+  template <class T>
+  void step_gdn(const InputChunk& c, int s, double* y);
+  template <class T>
+  void flush_gdn();
+  void after_flush();
+
+  ReplayOptions opt_;
+  Model model_;
+  int seqs_ = 0, cap_ = 0, count_ = 0;
+  long long step_ = 0, flushed_step_ = 0;
+  bool exact_ = false;  // arithmetic in double
+  CheckpointCopy update_, read_;
+  // Buffers, per sequence, entries 0..cap_-1 (the ring's live part; a flush resets the write position).
+  // Mamba-2: bx [seqs, cap, H, P], bB [seqs, cap, G, N], delta / lam [seqs, cap, H]
+  // GDN:     bx = u [seqs, cap, HV, V], bB = k [seqs, cap, HK, K], delta = g / lam = G [seqs, cap, HV]
+  std::vector<double> bx_, bB_;  // values exactly representable in the buffer format
+  std::vector<double> delta_, lam_;
+  std::vector<double> dots_;    // Mamba-2: B_j·C_t [seqs, G, cap]; GDN: k_j·k_t and k_j·q_t [seqs, HK, 2, cap]
+  std::vector<double> qn_, kn_;  // GDN: normalised q (scaled) and k of the current step [seqs, HK, K]
+};
+
+}  // namespace rssm
