@@ -192,6 +192,7 @@ std::string get_attr_string(hid_t obj, const std::string& name, const std::strin
     char* p = nullptr;
     Handle mt(H5Tcopy(H5T_C_S1));
     H5Tset_size(mt, H5T_VARIABLE);
+    H5Tset_cset(mt, H5Tget_cset(type));  // h5py writes UTF-8 variable-length strings
     if (H5Aread(a, mt, &p) < 0) fail(fmt::format("{}: cannot read attribute '{}'", file, name));
     std::string s = p ? p : "";
     H5free_memory(p);
