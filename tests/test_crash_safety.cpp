@@ -142,7 +142,7 @@ TEST_CASE("SIGKILL leaves the last complete file, and --resume finishes it", "[c
   check_same_runs(full, part);
 }
 
-TEST_CASE("--resume refuses a file written by another config", "[crash]") {
+TEST_CASE("resume refuses a file written by another config", "[crash]") {
   test::TempDir d;
   test::write_text(d / "sweep.ini", std::string(kSweep) + "");
   const std::string out = d / "r.h5";
@@ -153,7 +153,7 @@ TEST_CASE("--resume refuses a file written by another config", "[crash]") {
   CHECK_THAT(r.err, Catch::Contains("--resume") && Catch::Contains("different config"));
 }
 
-TEST_CASE("--shard and merge give the same runs as one process", "[crash]") {
+TEST_CASE("sharding and merge give the same runs as one process", "[crash]") {
   test::TempDir d;
   test::write_text(d / "sweep.ini", kSweep);
   const std::string steps = " --set synth.steps=128 --quiet";
@@ -170,11 +170,17 @@ TEST_CASE("--shard and merge give the same runs as one process", "[crash]") {
   check_same_runs(d / "full.h5", d / "m.h5");
 }
 
-TEST_CASE("--jobs 2 gives the same runs as --jobs 1", "[crash]") {
+TEST_CASE("two jobs and other batchings give the same runs as one job", "[crash]") {
+  // Batches change which runs share a reference and where chunks are split (at every flush of any run in the
+  // batch); jobs change the threads per batch. Neither may change a number.
   test::TempDir d;
-  test::write_text(d / "sweep.ini", kSweep);
-  const std::string steps = " --set synth.steps=96 --set run.batch=0 --quiet";
-  REQUIRE(test::run_cli("run " + (d / "sweep.ini") + steps + " -o " + (d / "a.h5"), d).code == 0);
-  REQUIRE(test::run_cli("run " + (d / "sweep.ini") + steps + " --jobs 2 -o " + (d / "b.h5"), d).code == 0);
+  test::write_text(d / "sweep.ini", std::string(kSweep) + "buffer_len = 0, 24\n");
+  const std::string steps = " --set synth.steps=96 --set run.chunk=20 --quiet";
+  REQUIRE(test::run_cli("run " + (d / "sweep.ini") + steps + " --set run.batch=0 -o " + (d / "a.h5"), d).code == 0);
+  REQUIRE(test::run_cli("run " + (d / "sweep.ini") + steps + " --set run.batch=0 --jobs 2 -o " + (d / "b.h5"), d)
+              .code == 0);
+  REQUIRE(test::run_cli("run " + (d / "sweep.ini") + steps + " --set run.batch=3 --jobs 2 -o " + (d / "c.h5"), d)
+              .code == 0);
   check_same_runs(d / "a.h5", d / "b.h5");
+  check_same_runs(d / "a.h5", d / "c.h5");
 }

@@ -101,21 +101,30 @@ TEST_CASE("facts: plain tf32 in the flush GEMM is at least 10x worse than 3-pass
   CHECK(tf32 > 10 * tf32x3);
 }
 
-TEST_CASE("facts: GDN dual precision beats the shared bf16 checkpoint on the slow heads", "[facts]") {
+TEST_CASE("facts: GDN dual precision beats the shared bf16 checkpoint", "[facts]") {
+  // Unlike Mamba-2, a GDN state corrects itself along every key it reads (u = β(v − S·k) removes the error's
+  // component along k), so even heads with α ≈ 1 forget checkpoint rounding: the shared checkpoint's error does
+  // not grow like √flushes here. Measured, and reported, not asserted; the ordering is asserted.
+  // Two GDN-specific leaks keep the dual update copy above fp32 accuracy: u_t is formed from the read copy
+  // (S_{t-1}·k_t), so the read copy's rounding enters u and is folded in at the flush; and a bf16 buffer rounds u.
+  // The buffer is fp32 here to isolate the checkpoint formats.
   test::TempDir d;
   Config c;
   for (const char* kv : {"synth.preset=custom", "synth.family=gdn", "synth.HK=2", "synth.HV=8", "synth.K=32",
                          "synth.V=16", "synth.steps=8192", "synth.seqs=1", "synth.seed=4", "synth.slow_head_frac=0.25",
                          "metrics.vocab=256", "scheme.decoder=replay, dual", "scheme.state_format=fp32, bf16",
-                         "scheme.read_format=bf16", "scheme.interval=16"})
+                         "scheme.read_format=bf16", "scheme.interval=16", "scheme.buffer_format=fp32"})
     c.set(kv);
   const ResultSet rs = run_config(c, d, "gdn.h5");
-  const double g_shared = summary(rs, {{"decoder", "replay"}, {"state_format", "bf16"}},
-                                  "state_rel_err_checkpoint_slow_growth");
-  const double o_shared = summary(rs, {{"decoder", "replay"}, {"state_format", "bf16"}}, "out_rel_err_mean");
-  const double o_dual = summary(rs, {{"decoder", "dual"}}, "out_rel_err_mean");
-  std::cout << "GDN: shared bf16 slow growth " << g_shared << "; output error dual " << o_dual << ", shared bf16 "
-            << o_shared << "\n";
-  CHECK(g_shared > 0.2);
+  using W = std::vector<std::pair<std::string, std::string>>;
+  const W shared = {{"decoder", "replay"}, {"state_format", "bf16"}}, dual = {{"decoder", "dual"}};
+  const double g_shared = summary(rs, shared, "state_rel_err_checkpoint_slow_growth");
+  const double s_shared = summary(rs, shared, "state_rel_err_checkpoint_slow_final");
+  const double s_dual = summary(rs, dual, "state_rel_err_checkpoint_slow_final");
+  const double o_shared = summary(rs, shared, "out_rel_err_mean"), o_dual = summary(rs, dual, "out_rel_err_mean");
+  std::cout << "GDN: shared bf16 slow-head growth exponent " << g_shared << "; slow-head state error shared " << s_shared
+            << ", dual update copy " << s_dual << "; output error dual " << o_dual << ", shared bf16 " << o_shared
+            << "\n";
+  CHECK(s_dual < s_shared / 2);
   CHECK(o_dual < o_shared);
 }

@@ -152,16 +152,26 @@ TEST_CASE("synth: Mamba-2 parameters follow the initialisation ranges", "[synth]
   const auto& m = src.model().mamba2;
   REQUIRE(m.A_log.size() == 40);
   REQUIRE(m.D.size() == 40u * 16u);
+  // 12.5% of 40 heads = 5 heads of almost no decay (A_log = log 1e-3); the rest follow log U(1, 16).
+  REQUIRE(src.slow_heads().size() == 5);
   for (int h = 0; h < m.H; ++h) {
-    CHECK(m.A_log[h] >= 0.0);
-    CHECK(m.A_log[h] <= std::log(16.0));
+    const bool slow = std::count(src.slow_heads().begin(), src.slow_heads().end(), h) > 0;
+    if (slow) {
+      CHECK(m.A_log[h] == std::log(1e-3));
+    } else {
+      CHECK(m.A_log[h] >= 0.0);
+      CHECK(m.A_log[h] <= std::log(16.0));
+    }
     const double dt = softplus(m.dt_bias[h]);
     CHECK(dt >= 1e-3 * (1 - 1e-9));
     CHECK(dt <= 1e-1 * (1 + 1e-9));
   }
   for (double d : m.D) CHECK(d == 1.0);
   // Spread over the whole range, not collapsed to a point.
-  const auto [lo, hi] = std::minmax_element(m.A_log.begin(), m.A_log.end());
+  std::vector<double> normal;
+  for (int h = 0; h < m.H; ++h)
+    if (std::count(src.slow_heads().begin(), src.slow_heads().end(), h) == 0) normal.push_back(m.A_log[h]);
+  const auto [lo, hi] = std::minmax_element(normal.begin(), normal.end());
   CHECK(*hi - *lo > 1.0);
   CHECK_THAT(src.describe(), Contains("seed=3") && Contains("mamba2") && Contains("H=40") && Contains("steps=4"));
 }

@@ -96,6 +96,7 @@ Readout::Readout(const std::vector<float>& W_or_empty, int vocab_if_synth, int o
       measured_std_(std::numeric_limits<double>::quiet_NaN()),
       unscaled_std_(std::numeric_limits<double>::quiet_NaN()) {
   if (out_elems <= 0) throw ConfigError(fmt::format("readout: out_elems must be positive (got {})", out_elems));
+  Eigen::setNbThreads(1);  // see gemm(): our threads, fixed slices, thread-count independent results
   if (!W_or_empty.empty()) {
     if (W_or_empty.size() % static_cast<size_t>(out_elems) != 0)
       throw ConfigError(fmt::format("readout: the trace's readout has {} values, not a multiple of out_elems = {} "
@@ -141,11 +142,21 @@ Readout::Readout(const std::vector<float>& W_or_empty, int vocab_if_synth, int o
 //  * test logits are never formed as W·y (whose float error, ~1e-6·|logit|, would swamp the ~1e-6 logit
 //    differences of fp32-accurate decoders); compare() forms W·(y − y_ref), whose rounding error is relative to
 //    the difference itself (the difference is taken in double, then rounded once to float: 6e-8 relative).
+//  * results must not depend on the thread count (a sweep run with --jobs must equal one run without): Eigen's own
+//    threading splits the product differently for different thread counts, so it is off (setNbThreads(1) in the
+//    constructor) and the threads here take fixed slices of the vocabulary, each a single-threaded product of the
+//    same shape whatever the number of threads.
 void Readout::gemm(const float* y, int rows, float* out) const {
+  constexpr int kVocabSlice = 256;
   Eigen::Map<const RowMatF> Wm(W_.data(), vocab_, out_elems_);
   Eigen::Map<const RowMatF> Ym(y, rows, out_elems_);
   Eigen::Map<RowMatF> Lm(out, rows, vocab_);
-  Lm.noalias() = Ym * Wm.transpose();
+  const int slices = (vocab_ + kVocabSlice - 1) / kVocabSlice;
+#pragma omp parallel for schedule(static)
+  for (int sl = 0; sl < slices; ++sl) {
+    const int v0 = sl * kVocabSlice, nv = std::min(kVocabSlice, vocab_ - v0);
+    Lm.middleCols(v0, nv).noalias() = Ym * Wm.middleRows(v0, nv).transpose();
+  }
 }
 
 void Readout::logits(const double* y, int rows, std::vector<double>& out) const {
@@ -183,12 +194,11 @@ void Readout::calibrate(const double* y_ref, int rows, double target_logit_std) 
     for (long long i = 0; i < ny; ++i) yf[i] = static_cast<float>(src[i]);
     gemm(yf.data(), nr, lf.data());
     const long long nl = static_cast<long long>(nr) * V;
+    // Serial sums: a parallel reduction's order (and so its rounding) would depend on the thread count.
     double sum = 0;
-#pragma omp parallel for reduction(+ : sum)
     for (long long i = 0; i < nl; ++i) sum += lf[i];
     const double mean = sum / nl;
     double m2 = 0;
-#pragma omp parallel for reduction(+ : m2)
     for (long long i = 0; i < nl; ++i) {
       const double d = lf[i] - mean;
       m2 += d * d;

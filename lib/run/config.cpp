@@ -3,6 +3,7 @@
 #include <boost/program_options.hpp>
 #include <cmath>
 #include <fmt/format.h>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -66,7 +67,8 @@ const std::vector<KeyDef>& config_keys() {
       {"synth.outlier_scale_max", "100", "largest outlier-channel magnification", false},
       {"synth.spike_head_frac", "0.05", "share of heads that get dt spikes", false},
       {"synth.spike_token_frac", "0.005", "share of tokens on which a spiking head spikes", false},
-      {"synth.slow_head_frac", "0.125", "GDN: share of value heads with almost no decay", false},
+      {"synth.slow_head_frac", "0.125",
+       "share of heads with almost no decay (A_log = log 1e-3; memory longer than the trace), both families", false},
       {"synth.readout_vocab", "0", "also synthesise a readout matrix with this many rows (0 = none)", false},
 
       {"scheme.decoder", "eager",
@@ -139,6 +141,9 @@ Config::Config() {
 }
 
 void Config::load_file(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError(fmt::format("{}: is a directory, not a config file", path));
   std::ifstream in(path);
   if (!in) throw ConfigError(fmt::format("{}: cannot open config file (missing or unreadable)", path));
   // Reject binary files up front: Program_options would otherwise report a confusing syntax error.

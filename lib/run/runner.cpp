@@ -204,6 +204,7 @@ struct Active {
   std::vector<long long> obs_step;
   std::vector<std::pair<std::string, std::vector<double>>> state_series;  // name -> values per observation
   std::vector<double> outputs;
+  std::vector<double> ychunk;  // this chunk's outputs [n, seqs, out]
   double seconds = 0;
 };
 
@@ -328,7 +329,7 @@ bool run_batch(const Plan& pl, const Batch& b, TraceSource& src, std::mutex& h5_
   std::vector<double> kl_rows, top1_rows;
 
   InputChunk in;
-  std::vector<double> y_ref, y;
+  std::vector<double> y_ref;
   for (long long s0 = 0; s0 < pl.steps; s0 += pl.chunk) {
     const int n = static_cast<int>(std::min<long long>(pl.chunk, pl.steps - s0));
     {
@@ -339,7 +340,7 @@ bool run_batch(const Plan& pl, const Batch& b, TraceSource& src, std::mutex& h5_
       for (auto& d : in.data) round_nearest_inplace(act, d.data(), d.size());
     const size_t rows_per_step = static_cast<size_t>(seqs);
     y_ref.resize(static_cast<size_t>(n) * rows_per_step * out_elems);
-    y.resize(y_ref.size());
+    for (auto& a : runs) a.ychunk.resize(y_ref.size());
     // Split the chunk where any run observes its state (after `t` tokens with t % observe_every == 0).
     int pos = 0;
     while (pos < n) {
@@ -354,15 +355,8 @@ bool run_batch(const Plan& pl, const Batch& b, TraceSource& src, std::mutex& h5_
       const int len = end - pos;
       double* yr = y_ref.data() + static_cast<size_t>(pos) * rows_per_step * out_elems;
       ref.advance(in, pos, len, yr);
-      if (pl.kl) {
-        if (!readout) {
-          readout = std::make_unique<Readout>(src.readout(), pl.vocab, out_elems, pl.seed);
-          readout->calibrate(yr, static_cast<int>(len * rows_per_step), pl.logit_std);
-        }
-        readout->logits(yr, static_cast<int>(len * rows_per_step), ref_logits);
-      }
       for (auto& a : runs) {
-        double* yt = y.data() + static_cast<size_t>(pos) * rows_per_step * out_elems;
+        double* yt = a.ychunk.data() + static_cast<size_t>(pos) * rows_per_step * out_elems;
         const auto t0 = std::chrono::steady_clock::now();
         a.dec->advance(in, pos, len, yt);
         a.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -371,23 +365,6 @@ bool run_batch(const Plan& pl, const Batch& b, TraceSource& src, std::mutex& h5_
           a.err.push(step_error(yt + off, yr + off, seqs, out_elems));
         }
         if (pl.save_outputs) a.outputs.insert(a.outputs.end(), yt, yt + static_cast<size_t>(len) * rows_per_step * out_elems);
-        if (pl.kl) {
-          kl_rows.resize(len * rows_per_step);
-          top1_rows.resize(kl_rows.size());
-          readout->compare(ref_logits, yt, yr, static_cast<int>(kl_rows.size()), kl_rows.data(), top1_rows.data());
-          for (int s = 0; s < len; ++s) {
-            double km = 0, kx = 0, tp = 0;
-            for (int q = 0; q < seqs; ++q) {
-              const double k = kl_rows[s * rows_per_step + q];
-              km += k / seqs;
-              if (!(k <= kx)) kx = k;
-              tp += top1_rows[s * rows_per_step + q] / seqs;
-            }
-            a.kl_mean.push_back(km);
-            a.kl_max.push_back(kx);
-            a.top1.push_back(tp);
-          }
-        }
       }
       pos = end;
       const long long tokens = s0 + pos;
@@ -405,6 +382,34 @@ bool run_batch(const Plan& pl, const Batch& b, TraceSource& src, std::mutex& h5_
               if (pl.bands.count[bi] > 0) push_series(a.state_series, base + "_" + pl.bands.names[bi], st.band_rel_mean[bi]);
           }
         }
+    }
+    // KL once per chunk, over all its rows at once: the row count of every readout product is then the same in
+    // every batching of the sweep (chunk boundaries do not depend on the batch, span boundaries do), so a run's
+    // KL is bit-for-bit the same whichever runs share its batch. The readout is calibrated on the first chunk.
+    if (pl.kl) {
+      const int rows = static_cast<int>(n * rows_per_step);
+      if (!readout) {
+        readout = std::make_unique<Readout>(src.readout(), pl.vocab, out_elems, pl.seed);
+        readout->calibrate(y_ref.data(), rows, pl.logit_std);
+      }
+      readout->logits(y_ref.data(), rows, ref_logits);
+      kl_rows.resize(rows);
+      top1_rows.resize(rows);
+      for (auto& a : runs) {
+        readout->compare(ref_logits, a.ychunk.data(), y_ref.data(), rows, kl_rows.data(), top1_rows.data());
+        for (int s = 0; s < n; ++s) {
+          double km = 0, kx = 0, tp = 0;
+          for (int q = 0; q < seqs; ++q) {
+            const double k = kl_rows[s * rows_per_step + q];
+            km += k / seqs;
+            if (!(k <= kx)) kx = k;
+            tp += top1_rows[s * rows_per_step + q] / seqs;
+          }
+          a.kl_mean.push_back(km);
+          a.kl_max.push_back(kx);
+          a.top1.push_back(tp);
+        }
+      }
     }
     if (pl.save_outputs && ref_outputs) ref_outputs->insert(ref_outputs->end(), y_ref.begin(), y_ref.end());
     progress(static_cast<long long>(n) * static_cast<long long>(runs.size()));
