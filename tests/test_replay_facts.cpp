@@ -46,7 +46,7 @@ ResultSet run_config(Config& c, const test::TempDir& d, const std::string& name)
 
 void small_mamba2(Config& c) {
   for (const char* kv : {"synth.preset=custom", "synth.family=mamba2", "synth.H=16", "synth.P=16", "synth.N=32",
-                         "synth.G=1", "synth.steps=8192", "synth.seqs=1", "synth.seed=3", "metrics.vocab=256"})
+                         "synth.G=1", "synth.steps=8192", "synth.seqs=1", "synth.seed=3", "metrics.vocab=256", "synth.slow_head_frac=0.125"})
     c.set(kv);
 }
 

@@ -67,8 +67,10 @@ const std::vector<KeyDef>& config_keys() {
       {"synth.outlier_scale_max", "100", "largest outlier-channel magnification", false},
       {"synth.spike_head_frac", "0.05", "share of heads that get dt spikes", false},
       {"synth.spike_token_frac", "0.005", "share of tokens on which a spiking head spikes", false},
-      {"synth.slow_head_frac", "0.125",
-       "share of heads with almost no decay (A_log = log 1e-3; memory longer than the trace), both families", false},
+      {"synth.slow_head_frac", "auto",
+       "share of heads with almost no decay (A_log = log 1e-3: a memory longer than the trace); auto = 0.125 for GDN "
+       "(METHOD.md's recipe) and 0 for Mamba-2 (whose initialisation has none; trained layers can)",
+       false},
       {"synth.readout_vocab", "0", "also synthesise a readout matrix with this many rows (0 = none)", false},
 
       {"scheme.decoder", "eager",

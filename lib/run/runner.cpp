@@ -96,7 +96,9 @@ SynthConfig synth_config(const Config& cfg) {
     throw ConfigError("config keys 'synth.outlier_scale_min' and 'synth.outlier_scale_max': need min <= max");
   sc.spike_head_frac = cfg.real("synth.spike_head_frac", 0.0, 1.0);
   sc.spike_token_frac = cfg.real("synth.spike_token_frac", 0.0, 1.0);
-  sc.slow_head_frac = cfg.real("synth.slow_head_frac", 0.0, 1.0);
+  sc.slow_head_frac = cfg.str("synth.slow_head_frac") == "auto"
+                          ? (sc.model.family == Family::GDN ? 0.125 : 0.0)
+                          : cfg.real("synth.slow_head_frac", 0.0, 1.0);
   sc.readout_vocab = static_cast<int>(cfg.integer("synth.readout_vocab", 0, 1 << 20));
   return sc;
 }
@@ -469,7 +471,9 @@ void print_table(std::ostream& out, const std::vector<RunRecord>& recs, bool kl)
     std::string line = fmt::format("{:<9} {:<22}", r.id, cell_text(r.summary, "decoder_name", "{}"));
     for (const auto& k : varying) line += fmt::format(" {:>12}", cell_text(r.summary, k, "{}"));
     if (!r.completed()) {
-      fmt::print(out, "{}  skipped: {}\n", line, cell_text(r.summary, "skip_reason", "{}"));
+      const std::string why = cell_text(r.summary, "skip_reason", "{}");
+      if (why.find("only its first value runs") == std::string::npos)
+        fmt::print(out, "{}  skipped: {}\n", line, why);
       continue;
     }
     line += fmt::format(" {:>11} {:>11} {:>11}", cell_text(r.summary, "out_rel_err_mean", "{:.3e}"),
@@ -621,12 +625,27 @@ std::string run_experiment(const Config& cfg, std::ostream& out, const RunnerOpt
   long long total_work = 0;
   for (const auto& b : batches) total_work += pl.steps * static_cast<long long>(b.runs.size());
 
-  for (const RunSpec* s : mine)
-    if (!s->skip_reason.empty()) {
-      std::string what;
-      for (const auto& [k, v] : s->params) what += fmt::format("{}{}={}", what.empty() ? "" : " ", k, v);
-      fmt::print(stderr, "skipping {} ({}): {}\n", s->id, what, s->skip_reason);
+  // Skip notices: each invalid combination with its reason (naming only the sweep keys that vary); points that
+  // would repeat another one (a key that does not apply to the decoder) in one line.
+  std::set<std::string> varying;
+  for (const auto& k : config_keys())
+    if (k.sweep && cfg.list(k.key).size() > 1) varying.insert(k.key.substr(k.key.find('.') + 1));
+  int repeats = 0;
+  for (const RunSpec* s : mine) {
+    if (s->skip_reason.empty()) continue;
+    if (s->skip_reason.find("only its first value runs") != std::string::npos) {
+      ++repeats;
+      continue;
     }
+    std::string what;
+    for (const auto& [k, v] : s->params)
+      if (varying.count(k)) what += fmt::format("{}{}={}", what.empty() ? "" : " ", k, v);
+    fmt::print(stderr, "skipping {} ({}): {}\n", s->id, what, s->skip_reason);
+  }
+  if (repeats > 0)
+    fmt::print(stderr, "skipping {} point(s) that would repeat another: a sweep key that does not apply to the "
+                       "decoder runs only at its first value (replayssm run CONFIG --dry-run lists them)\n",
+               repeats);
   std::mutex mu, h5_mutex;
   write_result_file(pl.output, rs);  // skipped points and resumed runs are on disk from the start
   Progress progress(fmt::format("run {} batch(es), {} steps", batches.size(), pl.steps), total_work, opts.progress);
