@@ -1,2 +1,1 @@
-"""Python access to replayssm result files (see results.py)."""
-from .results import open_summary, open_run, run_ids, provenance  # noqa: F401
+"""Python access to replayssm result files: `from analysis.results import open_summary, open_run`."""

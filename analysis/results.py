@@ -1,6 +1,6 @@
 """Read replayssm result files into xarray, the one way notebooks should read them.
 
-    from analysis import open_summary, open_run
+    from analysis.results import open_summary, open_run
     summary = open_summary("results/quickstart.h5")          # xarray.Dataset over `run`
     run = open_run("results/quickstart.h5", "run_0001")      # per-step, per-flush, per-position series
 

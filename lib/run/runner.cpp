@@ -459,7 +459,7 @@ void print_table(std::ostream& out, const std::vector<RunRecord>& recs, bool kl)
       if (!any) first = v, any = true;
       varies = varies || v != first;
     }
-    if (varies) varying.push_back(k);
+    if (varies && k != "decoder") varying.push_back(k);  // the decoder name column already says it
   }
   std::string head = fmt::format("{:<9} {:<22}", "run", "decoder");
   for (const auto& k : varying) head += fmt::format(" {:>12}", k.substr(0, 12));
