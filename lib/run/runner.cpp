@@ -24,6 +24,7 @@
 #include "metrics/output_error.h"
 #include "metrics/readout.h"
 #include "metrics/state_error.h"
+#include "metrics/tolerance.h"
 #include "metrics/traffic.h"
 #include "numeric/format.h"
 #include "replay/reference.h"
@@ -270,6 +271,13 @@ RunRecord make_record(const Plan& pl, Active& a, double eager_fp32_bytes) {
   sm.emplace_back("out_abs_err_max", max_of(a.err.abs_max));
   sm.emplace_back("out_rel_rms_mean", mean_of(a.err.rel_rms));
   sm.emplace_back("out_err_growth_slope", out_slope);
+  // Share of the tolerance budget used (metrics/tolerance.h): > 1 means the scheme is outside its format's bound.
+  const Format judged = judged_format(pl.model.family, s.get("decoder"), parse_format(s.get("state_format")),
+                                      parse_format(s.get("read_format")), parse_format(s.get("buffer_format")));
+  const Tolerance tol = output_tolerance(judged);
+  sm.emplace_back("judged_format", format_name(judged));
+  sm.emplace_back("budget_used", mean_of(a.err.rel_mean) / tol.rel_mean);
+  sm.emplace_back("budget_used_max", max_of(a.err.rel_mean) / tol.rel_max);
   r.attrs.emplace_back("out_err_growth_slope", out_slope);
   if (pl.kl) {
     sm.emplace_back("kl_mean", mean_of(a.kl_mean));
