@@ -297,6 +297,13 @@ RunRecord make_record(const Plan& pl, Active& a, double eager_fp32_bytes) {
   sm.emplace_back("bytes_per_step", tr.batch_amortised);
   sm.emplace_back("bytes_vs_eager_fp32", tr.batch_amortised / eager_fp32_bytes);
   r.attrs.emplace_back("bytes_per_step", tr.batch_amortised);
+  // The traffic model in full (bytes per decode step of one layer; metrics/traffic.h, docs/metrics.md).
+  r.attrs.emplace_back("traffic_per_head_nonflush", tr.per_head_nonflush);
+  r.attrs.emplace_back("traffic_per_head_flush", tr.per_head_flush);
+  r.attrs.emplace_back("traffic_per_head_amortised", tr.per_head_amortised);
+  r.attrs.emplace_back("traffic_batch_nonflush", tr.batch_nonflush);
+  r.attrs.emplace_back("traffic_batch_flush", tr.batch_flush);
+  r.attrs.emplace_back("traffic_batch_amortised", tr.batch_amortised);
   sm.emplace_back("seconds", a.seconds);
   if (pl.save_outputs) {
     r.output_dims = {pl.steps, pl.seqs, pl.model.out_elems()};
