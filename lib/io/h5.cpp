@@ -334,4 +334,35 @@ void attach_scale(hid_t loc, const std::string& dataset_name, const std::string&
     fail(fmt::format("{}: cannot attach scale '{}' to '{}'", file_name(loc), scale_name, dataset_name));
 }
 
+namespace {
+herr_t collect_link(hid_t, const char* name, const H5L_info_t*, void* data) {
+  static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+  return 0;
+}
+herr_t collect_attr(hid_t, const char* name, const H5A_info_t*, void* data) {
+  static_cast<std::vector<std::string>*>(data)->emplace_back(name);
+  return 0;
+}
+}  // namespace
+
+std::vector<std::string> children(hid_t group) {
+  std::vector<std::string> v;
+  if (H5Literate(group, H5_INDEX_CRT_ORDER, H5_ITER_INC, nullptr, collect_link, &v) < 0) {
+    v.clear();
+    H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_link, &v);
+  }
+  return v;
+}
+
+std::vector<std::string> attribute_names(hid_t obj) {
+  std::vector<std::string> v;
+  hsize_t idx = 0;
+  if (H5Aiterate2(obj, H5_INDEX_CRT_ORDER, H5_ITER_INC, &idx, collect_attr, &v) < 0) {
+    v.clear();
+    idx = 0;
+    H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_attr, &v);
+  }
+  return v;
+}
+
 }  // namespace rssm::h5

@@ -73,6 +73,11 @@ std::vector<double> read_doubles(hid_t loc, const std::string& name, const std::
 std::vector<long long> read_ints(hid_t loc, const std::string& name, const std::string& file_for_errors);
 std::vector<std::string> read_strings(hid_t loc, const std::string& name, const std::string& file_for_errors);
 
+// Names of the links (groups, datasets) in a group, and of the attributes of an object, in creation order where the
+// file tracks it (ours do), else in name order.
+std::vector<std::string> children(hid_t group);
+std::vector<std::string> attribute_names(hid_t obj);
+
 // Marks dataset `scale_name` as a dimension scale and attaches it to dimension `dim` of `dataset_name`.
 void attach_scale(hid_t loc, const std::string& dataset_name, const std::string& scale_name, unsigned dim);
 

@@ -151,32 +151,9 @@ int remove_stale_temporaries(const std::string& path) {
   return removed;
 }
 
-namespace {
-
-herr_t collect_link(hid_t, const char* name, const H5L_info_t*, void* data) {
-  static_cast<std::vector<std::string>*>(data)->emplace_back(name);
-  return 0;
-}
-std::vector<std::string> links(hid_t g) {
-  std::vector<std::string> v;
-  H5Literate(g, H5_INDEX_CRT_ORDER, H5_ITER_INC, nullptr, collect_link, &v);
-  if (v.empty()) H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_link, &v);
-  return v;
-}
-herr_t collect_attr(hid_t, const char* name, const H5A_info_t*, void* data) {
-  static_cast<std::vector<std::string>*>(data)->emplace_back(name);
-  return 0;
-}
 AttrMap read_attrs(hid_t obj, const std::string& file) {
-  std::vector<std::string> names;
-  hsize_t idx = 0;
-  H5Aiterate2(obj, H5_INDEX_CRT_ORDER, H5_ITER_INC, &idx, collect_attr, &names);
-  if (names.empty()) {
-    idx = 0;
-    H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_attr, &names);
-  }
   AttrMap out;
-  for (const auto& n : names) {
+  for (const auto& n : h5::attribute_names(obj)) {
     if (n == "DIMENSION_LIST" || n == "REFERENCE_LIST" || n == "CLASS" || n == "NAME") continue;
     h5::Handle a(H5Aopen(obj, n.c_str(), H5P_DEFAULT));
     h5::Handle t(H5Aget_type(a));
@@ -190,8 +167,6 @@ AttrMap read_attrs(hid_t obj, const std::string& file) {
   return out;
 }
 
-}  // namespace
-
 ResultSet read_result_file(const std::string& path) {
   h5::Handle f = h5::open_file(path);
   if (!h5::has_attr(f, "format") || h5::get_attr_string(f, "format", path) != "replayssm-result")
@@ -201,7 +176,7 @@ ResultSet read_result_file(const std::string& path) {
     if (a.first != "format" && a.first != "version") rs.root.push_back(a);
   // Summary rows, in order; each becomes a record (completed ones get their group below).
   h5::Handle sg = h5::open_group(f, "summary", path);
-  const auto cols = links(sg);
+  const auto cols = h5::children(sg);
   size_t rows = 0;
   std::vector<std::pair<std::string, std::vector<AttrValue>>> table;
   for (const auto& c : cols) {
@@ -232,7 +207,7 @@ ResultSet read_result_file(const std::string& path) {
     if (h5::exists(f, gname)) {
       h5::Handle g = h5::open_group(f, gname, path);
       r.attrs = read_attrs(g, path);
-      for (const auto& name : links(g)) {
+      for (const auto& name : h5::children(g)) {
         h5::Handle ds(H5Dopen2(g, name.c_str(), H5P_DEFAULT));
         if (!ds.valid()) continue;
         if (name == "outputs") {
@@ -256,7 +231,7 @@ ResultSet read_result_file(const std::string& path) {
   }
   if (h5::exists(f, "reference")) {
     h5::Handle g = h5::open_group(f, "reference", path);
-    for (const auto& act : links(g)) {
+    for (const auto& act : h5::children(g)) {
       h5::Handle a = h5::open_group(g, act, path);
       rs.reference_dims.clear();
       for (auto d : h5::shape(a, "outputs", path)) rs.reference_dims.push_back(static_cast<long long>(d));

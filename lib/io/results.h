@@ -51,6 +51,8 @@ struct ResultSet {
 };
 
 void set_attrs(hid_t obj, const AttrMap& attrs);
+// Every string, integer or float attribute of an object (dimension-scale bookkeeping attributes skipped).
+AttrMap read_attrs(hid_t obj, const std::string& file_for_errors);
 
 // Writes `rs` to <path>.tmp.<pid> and renames it over <path>. Creates the parent folder. On any error the temporary
 // file is removed and <path> is untouched.

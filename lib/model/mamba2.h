@@ -3,6 +3,7 @@
 // other decoder is measured against, so clarity beats speed here (the decoder wrapper parallelises it).
 #pragma once
 
+#include <cmath>
 #include <limits>
 #include <vector>
 
@@ -32,8 +33,13 @@ struct Mamba2Params {
   void validate(const char* where) const;
 };
 
-// softplus with pass-through above 20, as the published kernels do (log1p(exp(x)) == x in fp32 there).
-double softplus_ref(double x);
+// softplus with pass-through above 20, as the published kernels do (log1p(exp(x)) == x in fp32 there), in the
+// caller's arithmetic: double for the reference, float for the emulated kernels.
+template <class T>
+inline T softplus(T x) {
+  return x > T(20) ? x : std::log1p(std::exp(x));
+}
+inline double softplus_ref(double x) { return softplus<double>(x); }
 
 // Δ for head h from the raw dt input: softplus(dt + dt_bias), clamped to [dt_min, dt_max].
 double mamba2_delta_ref(const Mamba2Params& p, int h, double dt_raw);

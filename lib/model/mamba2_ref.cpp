@@ -32,8 +32,6 @@ void Mamba2Params::validate(const char* where) const {
     throw FormatError(fmt::format("{}: dt limits need 0 <= dt_min < dt_max (got {} and {})", where, dt_min, dt_max));
 }
 
-double softplus_ref(double x) { return x > 20.0 ? x : std::log1p(std::exp(x)); }
-
 double mamba2_delta_ref(const Mamba2Params& p, int h, double dt_raw) {
   double d = softplus_ref(dt_raw + p.dt_bias[h]);
   if (d < p.dt_min) d = p.dt_min;

@@ -9,13 +9,6 @@
 
 namespace rssm {
 
-namespace {
-template <class T>
-T softplus_t(T x) {
-  return x > T(20) ? x : std::log1p(std::exp(x));
-}
-}  // namespace
-
 EagerDecoder::EagerDecoder(Format state_format, Rounding rounding, uint64_t seed)
     : fmt_(state_format), rnd_(rounding), seed_(seed) {
   if (fmt_ != Format::FP64 && fmt_ != Format::FP32 && fmt_ != Format::BF16 && fmt_ != Format::FP16)
@@ -76,7 +69,7 @@ void EagerDecoder::step_mamba2(const InputChunk& c, int s, double* y) {
       const float* B = c.at(2, s, q) + static_cast<size_t>(h / hpg) * N;
       const float* C = c.at(3, s, q) + static_cast<size_t>(h / hpg) * N;
       const float* z = p.has_z ? c.at(4, s, q) + static_cast<size_t>(h) * P : nullptr;
-      T delta = softplus_t<T>(static_cast<T>(c.at(1, s, q)[h]) + static_cast<T>(p.dt_bias[h]));
+      T delta = softplus<T>(static_cast<T>(c.at(1, s, q)[h]) + static_cast<T>(p.dt_bias[h]));
       delta = std::fmin(std::fmax(delta, static_cast<T>(p.dt_min)), static_cast<T>(p.dt_max));
       const T a = std::exp(-std::exp(static_cast<T>(p.A_log[h])) * delta);
       const size_t base = q * se + static_cast<size_t>(h) * P * N;
@@ -127,7 +120,7 @@ void EagerDecoder::step_gdn(const InputChunk& c, int s, double* y) {
       const double* kn = &kn_[off];
       const double* qn = &qn_[off];
       const T g = -std::exp(static_cast<T>(p.A_log[h])) *
-                  softplus_t<T>(static_cast<T>(c.at(3, s, q)[h]) + static_cast<T>(p.dt_bias[h]));
+                  softplus<T>(static_cast<T>(c.at(3, s, q)[h]) + static_cast<T>(p.dt_bias[h]));
       const T alpha = std::exp(g);
       const T beta = T(1) / (T(1) + std::exp(-static_cast<T>(c.at(4, s, q)[h])));
       const float* v = c.at(2, s, q) + static_cast<size_t>(h) * V;

@@ -18,10 +18,6 @@ GdnRoute parse_gdn_route(const std::string& s) {
 
 namespace {
 
-template <class T>
-T softplus_t(T x) {
-  return x > T(20) ? x : std::log1p(std::exp(x));
-}
 
 // acc + a·b in the flush arithmetic; double accumulation means fp64 arithmetic.
 template <class T>
@@ -160,7 +156,7 @@ void ReplayDecoder::step_mamba2(const InputChunk& c, int s, double* y) {
       const float* xt = c.at(0, s, q) + static_cast<size_t>(h) * P;
       const float* Ct = c.at(3, s, q) + static_cast<size_t>(h / hpg) * N;
       const size_t lh = static_cast<size_t>(q) * L * H + h;  // + e * H for entry e
-      T d = softplus_t<T>(static_cast<T>(c.at(1, s, q)[h]) + static_cast<T>(p.dt_bias[h]));
+      T d = softplus<T>(static_cast<T>(c.at(1, s, q)[h]) + static_cast<T>(p.dt_bias[h]));
       d = std::fmin(std::fmax(d, static_cast<T>(p.dt_min)), static_cast<T>(p.dt_max));
       const T A = -std::exp(static_cast<T>(p.A_log[h]));
       const T lam_t = (j > 0 ? static_cast<T>(lam_[lh + static_cast<size_t>(j - 1) * H]) : T(0)) + A * d;
@@ -274,7 +270,7 @@ void ReplayDecoder::step_gdn(const InputChunk& c, int s, double* y) {
       const int hk = h / vpk;
       const size_t lh = static_cast<size_t>(q) * L * HV + h;
       const T g = -std::exp(static_cast<T>(p.A_log[h])) *
-                  softplus_t<T>(static_cast<T>(c.at(3, s, q)[h]) + static_cast<T>(p.dt_bias[h]));
+                  softplus<T>(static_cast<T>(c.at(3, s, q)[h]) + static_cast<T>(p.dt_bias[h]));
       const T alpha = std::exp(g);
       const T beta = T(1) / (T(1) + std::exp(-static_cast<T>(c.at(4, s, q)[h])));
       const T G_prev = j > 0 ? static_cast<T>(lam_[lh + static_cast<size_t>(j - 1) * HV]) : T(0);

@@ -6,6 +6,7 @@
 
 #include "errors.h"
 #include "io/h5.h"
+#include "io/results.h"
 
 namespace rssm {
 
@@ -22,38 +23,10 @@ std::string file_format(const std::string& path) {
 
 namespace {
 
-herr_t collect_names(hid_t, const char* name, const H5L_info_t*, void* data) {
-  static_cast<std::vector<std::string>*>(data)->emplace_back(name);
-  return 0;
-}
-
-std::vector<std::string> children(hid_t g) {
-  std::vector<std::string> names;
-  H5Literate(g, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_names, &names);
-  return names;
-}
-
-std::string attr_text(hid_t obj, const std::string& name, const std::string& path) {
-  h5::Handle a(H5Aopen(obj, name.c_str(), H5P_DEFAULT));
-  h5::Handle t(H5Aget_type(a));
-  switch (H5Tget_class(t)) {
-    case H5T_STRING: return h5::get_attr_string(obj, name, path);
-    case H5T_INTEGER: return fmt::format("{}", h5::get_attr_int(obj, name, path));
-    case H5T_FLOAT: return fmt::format("{:.6g}", h5::get_attr_double(obj, name, path));
-    default: return "(unprintable)";
-  }
-}
-
-herr_t collect_attr(hid_t, const char* name, const H5A_info_t*, void* data) {
-  static_cast<std::vector<std::string>*>(data)->emplace_back(name);
-  return 0;
-}
-
-std::vector<std::string> attr_names(hid_t obj) {
-  std::vector<std::string> names;
-  hsize_t idx = 0;
-  H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_attr, &names);
-  return names;
+std::string value_text(const AttrValue& v) {
+  if (const auto* d = std::get_if<double>(&v)) return fmt::format("{:.6g}", *d);
+  if (const auto* i = std::get_if<long long>(&v)) return fmt::format("{}", *i);
+  return std::get<std::string>(v);
 }
 
 }  // namespace
@@ -61,9 +34,9 @@ std::vector<std::string> attr_names(hid_t obj) {
 std::string describe_result_file(const std::string& path) {
   h5::Handle f = h5::open_file(path);
   std::string out = fmt::format("{}: replayssm result file\n", path);
-  for (const auto& a : attr_names(f)) {
-    if (a == "config") continue;
-    out += fmt::format("  {:<18} {}\n", a, attr_text(f, a, path));
+  for (const auto& [k, v] : read_attrs(f, path)) {
+    if (k == "config") continue;
+    out += fmt::format("  {:<18} {}\n", k, value_text(v));
   }
   if (h5::has_attr(f, "config")) {
     out += "  config:\n";
@@ -77,14 +50,14 @@ std::string describe_result_file(const std::string& path) {
     }
   }
   h5::Handle runs = h5::open_group(f, "runs", path);
-  const auto ids = children(runs);
+  const auto ids = h5::children(runs);
   out += fmt::format("runs: {}\n", ids.size());
   for (const auto& id : ids) {
     h5::Handle g = h5::open_group(runs, id, path);
     std::string line = fmt::format("  {}:", id);
-    for (const auto& a : attr_names(g)) line += fmt::format(" {}={}", a, attr_text(g, a, path));
+    for (const auto& [k, v] : read_attrs(g, path)) line += fmt::format(" {}={}", k, value_text(v));
     out += line + "\n";
-    for (const auto& ds : children(g)) {
+    for (const auto& ds : h5::children(g)) {
       if (!h5::exists(g, ds)) continue;
       h5::Handle o(H5Oopen(g, ds.c_str(), H5P_DEFAULT));
       if (H5Iget_type(o) != H5I_DATASET) continue;
@@ -106,7 +79,7 @@ std::string describe_result_file(const std::string& path) {
   }
   if (h5::exists(f, "summary")) {
     h5::Handle s = h5::open_group(f, "summary", path);
-    out += fmt::format("summary columns: {}\n", fmt::join(children(s), ", "));
+    out += fmt::format("summary columns: {}\n", fmt::join(h5::children(s), ", "));
   }
   return out;
 }
