@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Bundle the replayssm binary and its non-libc shared libraries into dist/ (git-ignored) so that it runs on a
+# machine without our build dependencies (the H200 machine, docs: ../shared/GPU.md):
+#   scripts/make_dist.sh [BUILD_DIR]          # default build/
+#   there: LD_LIBRARY_PATH=$PWD/dist/lib ./dist/bin/replayssm ...
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+bin="$build/experiments/replayssm"
+[ -x "$bin" ] || { echo "make_dist.sh: $bin not found: build it first (cmake --build $build --target replayssm)" >&2; exit 1; }
+rm -rf dist/bin dist/lib
+mkdir -p dist/bin dist/lib
+cp -L "$bin" dist/bin/
+for l in $(ldd "$bin" | awk '/=> \//{print $3}' \
+           | grep -v -E 'libc\.so|libm\.so|libpthread|libdl|librt|ld-linux|libgcc_s|libstdc'); do
+  cp -L "$l" dist/lib/
+done
+du -sh dist/bin dist/lib
