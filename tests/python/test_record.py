@@ -137,6 +137,36 @@ def main():
             print(f"{name}: ERROR {e!r}")
             results[name] = {"error": repr(e)}
             ok = False
+    # The command line on a saved checkpoint folder (what users run): a random Mamba-2 saved with save_pretrained,
+    # recorded by `python3 -m analysis.record`, replayed, compared with the mixer outputs the command saved.
+    try:
+        from transformers import AutoModelForCausalLM
+        import numpy as np
+        name, cfg, _ = tiny_configs()[0]
+        torch.manual_seed(0)
+        ckpt = os.path.join(workdir, "cli_checkpoint")
+        AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).save_pretrained(ckpt)
+        out_dir = os.path.join(workdir, "cli_out")
+        cmd = [sys.executable, "-m", "analysis.record", "--model", ckpt, "--steps", "24", "--seqs", "2",
+               "--out", out_dir, "--save-outputs", "--seed", "3", "--device", device]
+        p = subprocess.run(cmd, capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(HERE)))
+        if p.returncode != 0:
+            raise RuntimeError(f"analysis.record failed ({p.returncode}): {p.stderr[-2000:]}")
+        traces = [line for line in p.stdout.splitlines() if line.endswith(".h5")]
+        saved = np.load(os.path.join(out_dir, "mixer_outputs.npz"))
+        layer_keys = sorted(saved.files)
+        r = compare(replay_reference(a.binary, traces[0], workdir), saved[layer_keys[0]])
+        bad = r["max_rel_norm"] > TOL
+        ok &= not bad
+        results["cli/mamba2_checkpoint"] = r
+        print(f"command line on a checkpoint folder: {len(traces)} trace(s), first layer max rel "
+              f"{r['max_rel_norm']:.3g}{' FAIL' if bad else ''}")
+    except Exception as e:
+        import traceback
+        traceback.print_exc()
+        print(f"command line: ERROR {e!r}")
+        results["cli"] = {"error": repr(e)}
+        ok = False
     print(json.dumps(results, indent=1, default=str))
     if a.json:
         with open(a.json, "w") as f:
