@@ -9,8 +9,8 @@ pkgs=(
   libhdf5-dev hdf5-tools
   libfmt-dev catch2 libbenchmark-dev
 )
-# The sanitizer and fuzzing builds use clang and its runtimes.
-pkgs+=(clang libclang-rt-dev)
+# The fuzzing build uses clang, its runtimes (libFuzzer, ASan) and LLVM's OpenMP (clang's -fopenmp is libomp).
+pkgs+=(clang libclang-rt-dev libomp-dev)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,9 +1,103 @@
 #!/usr/bin/env bash
-# The whole test suite: install what is missing, build, run every CPU test through ctest.
-# GPU tests (label `gpu`) skip themselves where no device is present.
+# The whole test suite (the README's test command; CI runs it): install what is missing, then
+#   1. build/       the normal build (Release, CUDA when nvcc is found) and every CPU test through ctest;
+#   2. build-asan/  the CPU code with AddressSanitizer + UndefinedBehaviorSanitizer (g++, CUDA off) and the same
+#                   CPU tests under them: any report fails the test that triggered it;
+#   3. build-fuzz/  the libFuzzer targets (clang++), each run over its corpus for FUZZ_SECONDS (default 20).
+# Every part runs even when an earlier one has failing tests (a build error stops at once); the end shows each
+# part's duration, the ctest summaries again, and one closing line "total: N passed, N failed" (ctest tests of both
+# builds plus one per fuzz target). Extra arguments go to both ctest runs (e.g. -R config).
+# GPU tests (label `gpu`) skip themselves where no device is present; scripts/gpu_sanitize.sh runs them under
+# compute-sanitizer on a GPU machine.
+#
+# Sanitizer settings of part 2 (the same by hand: export them, then build-asan/tests/replayssm_tests):
+#   ASAN_OPTIONS  detect_leaks=1 (LeakSanitizer at the exit of every test process and every CLI run it starts),
+#                 halt_on_error=1 (with -fno-sanitize-recover=all: the first report aborts), and the cheap stricter
+#                 checks detect_stack_use_after_return, check_initialization_order, strict_init_order
+#   UBSAN_OPTIONS print_stacktrace=1, halt_on_error=1
+# No suppressions: g++'s libgomp, HDF5, Boost and fmt run clean under these settings (the OpenMP-parallel
+# synthesiser and decoders included). If one is ever needed it goes in a file here, with the reason beside it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
+
+part_names=()
+part_secs=()
+failed_parts=()
+passed_total=0
+failed_total=0
+
+report() {
+  # A build error ends the script early: count it, so the closing line never reads as "nothing failed".
+  if [ "$1" -ne 0 ] && [ "$failed_total" -eq 0 ]; then failed_total=1; fi
+  echo
+  echo "test.sh: time per part"
+  for i in "${!part_names[@]}"; do
+    printf '  %-36s %5d s\n' "${part_names[$i]}" "${part_secs[$i]}"
+  done
+  for log in build/ctest.log build-asan/ctest.log; do
+    if [ -f "$log" ]; then
+      echo "$log:"
+      grep -E 'tests passed|tests failed out of|Total Test time' "$log" | sed 's/^/  /' || true
+    fi
+  done
+  if [ ${#failed_parts[@]} -gt 0 ]; then echo "test.sh: failed: ${failed_parts[*]}"; fi
+  echo "total: ${passed_total} passed, ${failed_total} failed"
+}
+trap 'report $?' EXIT
+
+# timed NAME COMMAND...: runs COMMAND and records its duration; a failing COMMAND is remembered, not fatal.
+timed() {
+  local name="$1" t0=$SECONDS rc=0
+  shift
+  "$@" || rc=$?
+  part_names+=("$name")
+  part_secs+=($((SECONDS - t0)))
+  if [ $rc -ne 0 ]; then failed_parts+=("$name"); fi
+  return 0
+}
+
+# Adds a ctest log's counts to the totals ("95% tests passed, 3 tests failed out of 61").
+count_ctest() {
+  local line passed failed total
+  line=$(grep -E 'tests failed out of [0-9]+' "$1" | tail -1 || true)
+  if [ -z "$line" ]; then
+    failed_total=$((failed_total + 1))  # ctest did not get as far as a summary
+    return
+  fi
+  failed=$(sed -E 's/.* ([0-9]+) tests? failed out of ([0-9]+).*/\1/' <<<"$line")
+  total=$(sed -E 's/.* failed out of ([0-9]+).*/\1/' <<<"$line")
+  passed_total=$((passed_total + total - failed))
+  failed_total=$((failed_total + failed))
+}
+
 scripts/setup.sh
+
+tests_normal() { ctest --test-dir build --output-on-failure -j"$(nproc)" "$@" 2>&1 | tee build/ctest.log; }
+t0=$SECONDS
 scripts/build.sh
-cd build
-ctest --output-on-failure -j"$(nproc)" "$@"
+part_names+=("build (Release)")
+part_secs+=($((SECONDS - t0)))
+timed "tests" tests_normal "$@"
+count_ctest build/ctest.log
+
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:detect_stack_use_after_return=1:check_initialization_order=1:strict_init_order=1"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+t0=$SECONDS
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DREPLAYSSM_SANITIZE=ON -DREPLAYSSM_CUDA=OFF \
+  -DREPLAYSSM_BENCHMARKS=OFF >/dev/null
+cmake --build build-asan -j"$(nproc)"
+part_names+=("build with ASan + UBSan")
+part_secs+=($((SECONDS - t0)))
+tests_asan() { ctest --test-dir build-asan --output-on-failure -j"$(nproc)" -LE gpu "$@" 2>&1 | tee build-asan/ctest.log; }
+timed "tests under ASan + UBSan" tests_asan "$@"
+count_ctest build-asan/ctest.log
+unset ASAN_OPTIONS UBSAN_OPTIONS
+
+rm -f build-fuzz/fuzz-summary.txt
+timed "fuzzing (build + ${FUZZ_SECONDS} s per target)" scripts/fuzz.sh "$FUZZ_SECONDS"
+fuzz_line=$(grep -E '^fuzz: [0-9]+ passed, [0-9]+ failed' build-fuzz/fuzz-summary.txt 2>/dev/null || echo "fuzz: 0 passed, 1 failed")
+passed_total=$((passed_total + $(sed -E 's/fuzz: ([0-9]+) passed.*/\1/' <<<"$fuzz_line")))
+failed_total=$((failed_total + $(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$fuzz_line")))
+
+[ ${#failed_parts[@]} -eq 0 ]

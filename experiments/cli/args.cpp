@@ -9,6 +9,7 @@ bool parse_args(const std::string& sub, const Args& args, const std::string& usa
                 const po::positional_options_description& pos, po::variables_map& vm,
                 const std::vector<std::string>& required) {
   opts.add_options()("help,h", "show this help");
+  for (const auto& a : args) reject_option_placeholders(fmt::format("replayssm {}", sub), a);
   try {
     po::store(po::command_line_parser(args).options(opts).positional(pos).run(), vm);
     if (vm.count("help")) {

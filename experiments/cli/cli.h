@@ -1,6 +1,6 @@
 // The `replayssm` command: one function per subcommand. Each returns the process exit code; errors are thrown
 // as ConfigError (bad command line or config: exit 2) or FormatError / other exceptions (exit 1) and printed by
-// main as one line.
+// main_args as one line.
 #pragma once
 
 #include <boost/program_options.hpp>
@@ -14,10 +14,17 @@ namespace rssm::cli {
 using Args = std::vector<std::string>;  // arguments after the subcommand name
 namespace po = boost::program_options;
 
+// The whole command: argv as main() receives it (argv[0] is the program name, argv[1] the subcommand). Returns the
+// exit code; prints every error as one line on stderr. Throws nothing and never exits, so it can run in-process
+// (dispatch.cpp; main.cpp and the CLI fuzzer call it).
+int main_args(const std::vector<std::string>& argv);
+
 int cmd_run(const Args& args);
 int cmd_synth(const Args& args);
 int cmd_inspect(const Args& args);
 int cmd_defaults(const Args& args);
+int cmd_merge(const Args& args);
+int cmd_traffic(const Args& args);
 
 // Parses args for subcommand `sub`; throws ConfigError naming the subcommand on an unknown flag, a missing value
 // or a missing positional argument. Returns false when --help was asked for (and printed `usage` + options).

@@ -59,6 +59,7 @@ int cmd_run(const Args& args) {
   ro.resume = vm.count("resume") > 0;
   if (vm.count("shard")) std::tie(ro.shard_index, ro.shard_count) = parse_shard(vm["shard"].as<std::string>());
   if (vm.count("dry-run")) {
+    read_settings(cfg);  // the same checks of [run] and [metrics] as a real run
     fmt::print("{}\n", cfg.resolved_text());
     const auto src = open_trace(cfg);
     for (const auto& s : expand_sweep(cfg, src->model().family)) {

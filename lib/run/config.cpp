@@ -1,6 +1,7 @@
 #include "run/config.h"
 
 #include <boost/program_options.hpp>
+#include <cctype>
 #include <cmath>
 #include <fmt/format.h>
 #include <filesystem>
@@ -138,6 +139,20 @@ std::string section_keys(const std::string& key) {
 }
 }  // namespace
 
+void reject_option_placeholders(const std::string& where, const std::string& text) {
+  // %word% with a lower-case/underscore word: what Boost's message templates substitute.
+  size_t pos = 0;
+  while ((pos = text.find('%', pos)) != std::string::npos) {
+    size_t end = pos + 1;
+    while (end < text.size() && (std::islower(static_cast<unsigned char>(text[end])) || text[end] == '_')) ++end;
+    if (end > pos + 1 && end < text.size() && text[end] == '%')
+      throw ConfigError(fmt::format("{}: '{}' contains '{}', which is not allowed in keys, values or arguments", where,
+                                    text.size() > 80 ? text.substr(0, 80) + "..." : text,
+                                    text.substr(pos, end - pos + 1)));
+    pos = end;
+  }
+}
+
 Config::Config() {
   for (const auto& k : config_keys()) values_[k.key] = k.def;
 }
@@ -155,6 +170,12 @@ void Config::load_file(const std::string& path) {
   for (unsigned char ch : text)
     if (ch == 0 || (ch < 32 && ch != '\n' && ch != '\r' && ch != '\t'))
       throw ConfigError(fmt::format("{}: not a text INI file (contains control bytes)", path));
+  {
+    std::istringstream lines(text);
+    std::string line;
+    int n = 0;
+    while (std::getline(lines, line)) reject_option_placeholders(fmt::format("{}: line {}", path, ++n), line);
+  }
   po::options_description desc;
   for (const auto& k : config_keys()) desc.add_options()(k.key.c_str(), po::value<std::string>());
   po::variables_map vm;

@@ -21,6 +21,10 @@ struct KeyDef {
 // Every key the harness understands, in the order defaults.ini lists them.
 const std::vector<KeyDef>& config_keys();
 
+// Boost.Program_options formats its error messages by substituting %name% placeholders, and loops forever when the
+// offending text itself contains one (found by fuzzing). Throws ConfigError naming `where` when `text` holds one.
+void reject_option_placeholders(const std::string& where, const std::string& text);
+
 class Config {
  public:
   // All keys at their defaults.

@@ -101,6 +101,11 @@ SynthConfig synth_config(const Config& cfg) {
                           ? (sc.model.family == Family::GDN ? 0.125 : 0.0)
                           : cfg.real("synth.slow_head_frac", 0.0, 1.0);
   sc.readout_vocab = static_cast<int>(cfg.integer("synth.readout_vocab", 0, 1 << 20));
+  const long long readout_elems = static_cast<long long>(sc.readout_vocab) * sc.model.out_elems();
+  if (readout_elems > (1LL << 28))
+    throw ConfigError(fmt::format("config key 'synth.readout_vocab': {} rows x {} outputs = {:.1f} GB of readout, more "
+                                  "than the 1 GB a trace's readout may take",
+                                  sc.readout_vocab, sc.model.out_elems(), readout_elems * 4 / 1e9));
   return sc;
 }
 
@@ -120,12 +125,18 @@ long long available_memory_bytes() {
   return -1;
 }
 
-long long estimate_run_bytes(const Model& model, int seqs, int chunk, int decoders) {
+long long estimate_run_bytes(const Model& model, int seqs, int chunk, int decoders, int readout_vocab) {
   long long in_per_step = 0;
   for (const auto& s : model.inputs()) in_per_step += s.elems();
-  const long long states = static_cast<long long>(decoders + 1) * seqs * model.state_elems() * 8;
-  const long long chunks = static_cast<long long>(chunk) * seqs * (in_per_step * 4 + model.out_elems() * 8 * 2);
-  return states + chunks;
+  // Decoder states are held in double (replay decoders: update + read copy + buffers, counted as two states).
+  const long long states = static_cast<long long>(2 * decoders + 1) * seqs * model.state_elems() * 8;
+  // Chunk inputs, the reference's and every decoder's chunk outputs.
+  const long long chunks =
+      static_cast<long long>(chunk) * seqs * (in_per_step * 4 + static_cast<long long>(model.out_elems()) * 8 * (decoders + 1));
+  // Readout W (float) and the chunk's reference logits (double) plus a block of float scratch.
+  const long long readout = static_cast<long long>(readout_vocab) * model.out_elems() * 4 +
+                            static_cast<long long>(chunk) * seqs * readout_vocab * 8 + 256LL * readout_vocab * 8;
+  return states + chunks + readout;
 }
 
 namespace {
@@ -509,29 +520,60 @@ void print_table(std::ostream& out, const std::vector<RunRecord>& recs, bool kl)
 
 }  // namespace
 
+RunSettings read_settings(const Config& cfg) {
+  RunSettings st;
+  st.output = cfg.str("run.output");
+  if (st.output.empty()) throw ConfigError("config key 'run.output': must name a result file");
+  st.steps = cfg.integer("run.steps", 0, std::numeric_limits<long long>::max());
+  st.seqs = cfg.integer("run.seqs", 0, 1 << 20);
+  st.chunk = static_cast<int>(cfg.integer("run.chunk", 1, 1 << 20));
+  st.threads = static_cast<int>(cfg.integer("run.threads", 0, 4096));
+  st.save_outputs = cfg.boolean("run.save_outputs");
+  st.max_output_gb = cfg.real("run.max_output_gb", 0.0, 1e6);
+  st.seed = static_cast<uint64_t>(cfg.integer("run.seed", 0, std::numeric_limits<long long>::max()));
+  st.batch = static_cast<int>(cfg.integer("run.batch", 0, 1 << 20));
+  st.kl = cfg.boolean("metrics.kl");
+  st.vocab = static_cast<int>(cfg.integer("metrics.vocab", 2, 1 << 20));
+  st.logit_std = cfg.real("metrics.logit_std", 1e-3, 1e3);
+  st.state_err = cfg.boolean("metrics.state_error");
+  st.state_every = static_cast<int>(cfg.integer("metrics.eager_state_every", 1, 1 << 20));
+  return st;
+}
+
 std::string run_experiment(const Config& cfg, std::ostream& out, const RunnerOptions& opts) {
   // Validate everything before touching the output file.
+  const RunSettings st = read_settings(cfg);
   Plan pl;
   pl.cfg = &cfg;
-  pl.output = cfg.str("run.output");
-  if (pl.output.empty()) throw ConfigError("config key 'run.output': must name a result file");
-  const long long steps_req = cfg.integer("run.steps", 0, std::numeric_limits<long long>::max());
-  const long long seqs_req = cfg.integer("run.seqs", 0, 1 << 20);
-  pl.chunk = static_cast<int>(cfg.integer("run.chunk", 1, 1 << 20));
-  const int threads = static_cast<int>(cfg.integer("run.threads", 0, 4096));
-  pl.save_outputs = cfg.boolean("run.save_outputs");
-  const double max_output_gb = cfg.real("run.max_output_gb", 0.0, 1e6);
-  pl.seed = static_cast<uint64_t>(cfg.integer("run.seed", 0, std::numeric_limits<long long>::max()));
-  pl.kl = cfg.boolean("metrics.kl");
-  pl.vocab = static_cast<int>(cfg.integer("metrics.vocab", 2, 1 << 20));
-  pl.logit_std = cfg.real("metrics.logit_std", 1e-3, 1e3);
-  pl.state_err = cfg.boolean("metrics.state_error");
-  pl.state_every = static_cast<int>(cfg.integer("metrics.eager_state_every", 1, 1 << 20));
-  const int batch_size = static_cast<int>(cfg.integer("run.batch", 0, 1 << 20));
+  pl.output = st.output;
+  const long long steps_req = st.steps;
+  const long long seqs_req = st.seqs;
+  pl.chunk = st.chunk;
+  const int threads = st.threads;
+  pl.save_outputs = st.save_outputs;
+  const double max_output_gb = st.max_output_gb;
+  pl.seed = st.seed;
+  pl.kl = st.kl;
+  pl.vocab = st.vocab;
+  pl.logit_std = st.logit_std;
+  pl.state_err = st.state_err;
+  pl.state_every = st.state_every;
+  const int batch_size = st.batch;
   if (opts.jobs < 1) throw ConfigError(fmt::format("--jobs must be at least 1 (got {})", opts.jobs));
   if (opts.shard_count < 1 || opts.shard_index < 0 || opts.shard_index >= opts.shard_count)
     throw ConfigError(fmt::format("--shard {}/{}: expected i/n with 0 <= i < n", opts.shard_index, opts.shard_count));
 
+  if (cfg.str("trace.file").empty()) {
+    // A synthetic trace's geometry is known before the generator allocates anything: refuse absurd sizes first.
+    const SynthConfig sc = synth_config(cfg);
+    const int seqs = static_cast<int>(seqs_req ? seqs_req : sc.seqs);
+    const long long need = estimate_run_bytes(sc.model, seqs, pl.chunk, 1, pl.kl ? pl.vocab : 0);
+    const long long avail = available_memory_bytes();
+    if (avail > 0 && need > avail)
+      throw ConfigError(fmt::format("run needs more than {:.1f} GB of memory for one decoder ({} sequences of {}), but "
+                                    "only {:.1f} GB is available: reduce synth geometry, run.seqs or metrics.vocab",
+                                    need / 1e9, seqs, sc.model.geometry_string(), avail / 1e9));
+  }
   std::unique_ptr<TraceSource> src = open_trace(cfg);
   pl.model = src->model();
   if (steps_req > src->steps())
@@ -555,14 +597,16 @@ std::string run_experiment(const Config& cfg, std::ostream& out, const RunnerOpt
   const int jobs = opts.jobs;
   const int total_threads = threads > 0 ? threads : omp_get_max_threads();
   pl.threads_per_job = std::max(1, total_threads / jobs);
+  const int readout_rows = !pl.kl ? 0 : (src->readout().empty() ? pl.vocab : src->readout_vocab());
   const long long need =
       static_cast<long long>(jobs) *
       estimate_run_bytes(pl.model, pl.seqs, pl.chunk,
-                         static_cast<int>(std::min<size_t>(mine.size(), batch_size > 0 ? batch_size : mine.size())));
+                         static_cast<int>(std::min<size_t>(mine.size(), batch_size > 0 ? batch_size : mine.size())),
+                         readout_rows);
   const long long avail = available_memory_bytes();
   if (avail > 0 && need > avail)
     throw ConfigError(fmt::format("run needs about {:.1f} GB of memory ({} sequences of {}, {} decoders at once), but "
-                                  "only {:.1f} GB is available: reduce run.seqs, run.batch or the sweep",
+                                  "only {:.1f} GB is available: reduce run.seqs, run.batch, metrics.vocab or the sweep",
                                   need / 1e9, pl.seqs, pl.model.geometry_string(), mine.size(), avail / 1e9));
   const double out_gb = pl.save_outputs ? 8.0 * pl.steps * pl.seqs * pl.model.out_elems() * (mine.size() + 1) / 1e9 : 0;
   if (out_gb > max_output_gb)
@@ -587,6 +631,7 @@ std::string run_experiment(const Config& cfg, std::ostream& out, const RunnerOpt
   for (const RunSpec* s : mine) rs.runs.push_back(placeholder_record(*s));  // replaced as runs finish
 
   remove_stale_temporaries(pl.output);
+  const bool existed_before = std::ifstream(pl.output).good();
   std::set<std::string> done_ids;
   if (opts.resume) {
     std::ifstream probe(pl.output);
@@ -718,7 +763,12 @@ std::string run_experiment(const Config& cfg, std::ostream& out, const RunnerOpt
     for (auto& t : pool) t.join();
   }
   progress.finish();
-  if (failure) std::rethrow_exception(failure);
+  if (failure) {
+    // A run that fails (bad trace data found mid-way, a write error) leaves no result file it created; a file that
+    // was there before (an earlier run, or the one being resumed) keeps every batch completed so far.
+    if (!existed_before) std::remove(pl.output.c_str());
+    std::rethrow_exception(failure);
+  }
   size_t complete = 0, runnable = 0;
   for (const RunSpec* s : mine) runnable += s->skip_reason.empty();
   for (const auto& r : rs.runs) complete += r.completed();

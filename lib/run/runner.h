@@ -27,6 +27,18 @@ SynthConfig synth_config(const Config& cfg);
 // The trace a config names: trace.file, or the synthetic generator.
 std::unique_ptr<TraceSource> open_trace(const Config& cfg);
 
+// The [run] and [metrics] keys, validated (each bad value is a ConfigError naming its key). `run --dry-run` checks
+// them too, so a config that dry-runs cleanly does not fail on them later.
+struct RunSettings {
+  std::string output;
+  long long steps = 0, seqs = 0;  // 0 = all of the trace
+  int chunk = 64, threads = 0, batch = 0, vocab = 4096, state_every = 16;
+  bool save_outputs = false, kl = true, state_err = true;
+  double max_output_gb = 2, logit_std = 4;
+  uint64_t seed = 0;
+};
+RunSettings read_settings(const Config& cfg);
+
 struct RunnerOptions {
   bool progress = true;      // progress line on stderr
   AttrMap extra_root_attrs;  // e.g. the command line
@@ -50,7 +62,7 @@ bool stop_requested();
 
 // Bytes a run will hold in memory (states of every decoder plus chunk buffers); checked against the machine
 // before anything is allocated.
-long long estimate_run_bytes(const Model& model, int seqs, int chunk, int decoders);
+long long estimate_run_bytes(const Model& model, int seqs, int chunk, int decoders, int readout_vocab);
 long long available_memory_bytes();  // MemAvailable from /proc/meminfo, or -1 when unknown
 
 // Provenance shared by every file we write: version, git commit, UTC time, host, device.

@@ -122,6 +122,14 @@ std::vector<RunSpec> expand_sweep(const Config& cfg, Family family) {
     for (const auto& v : vals) check_value(name, v);
     axes.emplace_back(name, vals);
   }
+  long long points = 1;
+  std::string sizes;
+  for (const auto& [name, vals] : axes) {
+    points *= static_cast<long long>(vals.size());
+    if (vals.size() > 1) sizes += fmt::format("{}scheme.{} ({})", sizes.empty() ? "" : " x ", name, vals.size());
+    if (points > kMaxSweepPoints)
+      throw ConfigError(fmt::format("the sweep {} has more than {} points: shorten these lists", sizes, kMaxSweepPoints));
+  }
   std::vector<RunSpec> out;
   std::vector<size_t> idx(axes.size(), 0);
   while (true) {

@@ -13,6 +13,9 @@
 
 namespace rssm {
 
+// Sweeps with more points than this are refused before they are expanded.
+constexpr long long kMaxSweepPoints = 100000;
+
 struct RunSpec {
   int index = 0;                                           // position in the full expansion
   std::string id;                                          // "run_0007"
