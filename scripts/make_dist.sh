@@ -11,8 +11,11 @@ bin="$build/experiments/replayssm"
 rm -rf dist/bin dist/lib
 mkdir -p dist/bin dist/lib
 cp -L "$bin" dist/bin/
-for l in $(ldd "$bin" | awk '/=> \//{print $3}' \
-           | grep -v -E 'libc\.so|libm\.so|libpthread|libdl|librt|ld-linux|libgcc_s|libstdc'); do
+# The test binary too, when it was built: scripts/gpu_sanitize.sh runs its [gpu] tests there.
+tests="$build/tests/replayssm_tests"
+if [ -x "$tests" ]; then cp -L "$tests" dist/bin/; fi
+for l in $( (ldd "$bin"; [ -x "$tests" ] && ldd "$tests") | awk '/=> \//{print $3}' \
+           | sort -u | grep -v -E 'libc\.so|libm\.so|libpthread|libdl|librt|ld-linux|libgcc_s|libstdc'); do
   cp -L "$l" dist/lib/
 done
 du -sh dist/bin dist/lib
