@@ -18,13 +18,7 @@
 #include <cstdint>
 #include <cstring>
 
-#ifndef RSSM_HD
-#ifdef __CUDACC__
-#define RSSM_HD __host__ __device__
-#else
-#define RSSM_HD
-#endif
-#endif
+#include "numeric/hd.h"
 
 namespace rssm {
 

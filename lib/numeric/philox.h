@@ -12,13 +12,7 @@
 #include <cmath>
 #include <cstdint>
 
-#ifndef RSSM_HD  // also defined by numeric/bits.h, identically
-#ifdef __CUDACC__
-#define RSSM_HD __host__ __device__
-#else
-#define RSSM_HD
-#endif
-#endif
+#include "numeric/hd.h"
 
 namespace rssm {
 
