@@ -30,6 +30,25 @@ T flush_mac(Arith m, T acc, T a, T b) {
   }
 }
 
+// The flush of one head, the same rank-E update for both families:
+//   out[i][n] = decay·S[i][n] + Σ_e (w_e·X(e, i))·Y(e, n)   for i < rows, n < cols,
+// X(e, i) = X[e·x_stride + i] (Mamba-2: x_e, GDN: u_e), Y(e, n) = Y[e·y_stride + n] (Mamba-2: B_e, GDN: k_e).
+// The accumulator starts from the decayed checkpoint (tensor-core D = A·B + C); the operands w_e·X(e, i) and
+// Y(e, n) go through the flush arithmetic, accumulated over e in order.
+template <class T>
+void flush_head(Arith fa, int rows, int cols, int E, T decay, const T* w, const double* S, const double* X,
+                size_t x_stride, const double* Y, size_t y_stride, double* out) {
+  std::vector<T> a(static_cast<size_t>(E));
+  for (int i = 0; i < rows; ++i) {
+    for (int e = 0; e < E; ++e) a[e] = w[e] * static_cast<T>(X[e * x_stride + i]);
+    for (int n = 0; n < cols; ++n) {
+      T acc = decay * static_cast<T>(S[static_cast<size_t>(i) * cols + n]);
+      for (int e = 0; e < E; ++e) acc = flush_mac<T>(fa, acc, a[e], static_cast<T>(Y[e * y_stride + n]));
+      out[static_cast<size_t>(i) * cols + n] = acc;
+    }
+  }
+}
+
 // Buffer storage: the buffer format's value; an fp64 buffer keeps the value exactly (exact replay).
 inline double to_buffer(Format f, double v) { return f == Format::FP64 ? v : round_store(f, static_cast<float>(v)); }
 
@@ -206,20 +225,11 @@ void ReplayDecoder::flush_mamba2() {
         w[e] = static_cast<T>(delta_[lh + static_cast<size_t>(e) * H]) *
                std::exp(lamK - static_cast<T>(lam_[lh + static_cast<size_t>(e) * H]));
       const long long off = q * se + static_cast<long long>(h) * P * N;
-      const double* S = update_.values() + off;
       std::vector<double> row(static_cast<size_t>(P) * N);
-      std::vector<T> a(K);
-      for (int i = 0; i < P; ++i) {
-        for (int e = 0; e < K; ++e)
-          a[e] = w[e] * static_cast<T>(bx_[((static_cast<size_t>(q) * L + e) * H + h) * P + i]);
-        for (int n = 0; n < N; ++n) {
-          T acc = decay * static_cast<T>(S[static_cast<size_t>(i) * N + n]);
-          for (int e = 0; e < K; ++e)
-            acc = flush_mac<T>(fa, acc, a[e],
-                               static_cast<T>(bB_[((static_cast<size_t>(q) * L + e) * G + h / hpg) * N + n]));
-          row[static_cast<size_t>(i) * N + n] = acc;
-        }
-      }
+      flush_head<T>(fa, P, N, K, decay, w, update_.values() + off,
+                    bx_.data() + (static_cast<size_t>(q) * L * H + h) * P, static_cast<size_t>(H) * P,
+                    bB_.data() + (static_cast<size_t>(q) * L * G + h / hpg) * N, static_cast<size_t>(G) * N,
+                    row.data());
       update_.store(row.data(), off, static_cast<long long>(P) * N, step);
     }
 }
@@ -351,18 +361,11 @@ void ReplayDecoder::flush_gdn() {
       T w[kMaxInterval];
       for (int e = 0; e < E; ++e) w[e] = std::exp(GK - static_cast<T>(lam_[lh + static_cast<size_t>(e) * HV]));
       const long long off = q * se + static_cast<long long>(h) * V * K;
-      const double* S = update_.values() + off;
       std::vector<double> row(static_cast<size_t>(V) * K);
-      std::vector<T> a(E);
-      for (int i = 0; i < V; ++i) {
-        for (int e = 0; e < E; ++e) a[e] = w[e] * static_cast<T>(bx_[((static_cast<size_t>(q) * L + e) * HV + h) * V + i]);
-        for (int n = 0; n < K; ++n) {
-          T acc = decay * static_cast<T>(S[static_cast<size_t>(i) * K + n]);
-          for (int e = 0; e < E; ++e)
-            acc = flush_mac<T>(fa, acc, a[e], static_cast<T>(bB_[((static_cast<size_t>(q) * L + e) * HK + hk) * K + n]));
-          row[static_cast<size_t>(i) * K + n] = acc;
-        }
-      }
+      flush_head<T>(fa, V, K, E, decay, w, update_.values() + off,
+                    bx_.data() + (static_cast<size_t>(q) * L * HV + h) * V, static_cast<size_t>(HV) * V,
+                    bB_.data() + (static_cast<size_t>(q) * L * HK + hk) * K, static_cast<size_t>(HK) * K,
+                    row.data());
       update_.store(row.data(), off, static_cast<long long>(V) * K, step);
     }
 }
