@@ -11,11 +11,12 @@
 
 namespace rssm {
 
-// A snapshot of one copy of a decoder's state (replay decoders may keep several: update and read copies).
+// A view of one copy of a decoder's state (replay decoders may keep several: update and read copies). It points
+// into the decoder and is valid until its next advance() or reset(): observing the state every flush copies nothing.
 struct StateCopy {
-  std::string name;           // "state", "checkpoint", "read", ...
-  long long step = 0;         // number of trace steps folded into it
-  std::vector<double> value;  // [seqs, state_elems] as Model::state_elems() lays it out
+  std::string name;                     // "state", "checkpoint", "read", ...
+  long long step = 0;                   // number of trace steps folded into it
+  const std::vector<double>* value = nullptr;  // [seqs, state_elems] as Model::state_elems() lays it out
 };
 
 class Decoder {
@@ -28,7 +29,7 @@ class Decoder {
   // Advances over steps [s0, s0 + n) of `chunk` (chunk-local indices; steps arrive in trace order, none skipped)
   // and writes the outputs of those steps to y: [n, seqs, out_elems].
   virtual void advance(const InputChunk& chunk, int s0, int n, double* y) = 0;
-  // The state copies as they stand now.
+  // The state copies as they stand now (views, see StateCopy).
   virtual std::vector<StateCopy> state() const = 0;
 };
 

@@ -403,7 +403,7 @@ bool run_batch(const Plan& pl, const Batch& b, TraceSource& src, std::mutex& h5_
           for (const auto& copy : a.dec->state()) {
             if (copy.step != tokens) throw InternalError(fmt::format("{}: {} copy at step {}, expected {}", a.dec->name(),
                                                                      copy.name, copy.step, tokens));
-            const StateErrorStats st = state_error(model, pl.bands, copy.value.data(), ref.raw_state().data(), seqs);
+            const StateErrorStats st = state_error(model, pl.bands, copy.value->data(), ref.raw_state().data(), seqs);
             const std::string base = "state_rel_err_" + copy.name;
             push_series(a.state_series, base, st.rel_mean);
             for (size_t bi = 0; bi < pl.bands.names.size(); ++bi)
