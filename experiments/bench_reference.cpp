@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "model/model.h"
-#include "replay/reference.h"
+#include "cpu/reference.h"
 #include "trace/synth.h"
 
 namespace {

@@ -8,8 +8,8 @@
 
 #include "errors.h"
 #include "model/model.h"
-#include "replay/eager.h"
-#include "replay/reference.h"
+#include "cpu/eager.h"
+#include "cpu/reference.h"
 #include "trace/trace.h"
 
 using namespace rssm;

@@ -6,9 +6,9 @@
 
 #include "errors.h"
 #include "metrics/tolerance.h"
-#include "replay/eager.h"
-#include "replay/reference.h"
-#include "replay/replay.h"
+#include "cpu/eager.h"
+#include "cpu/reference.h"
+#include "cpu/replay.h"
 #include "trace/synth.h"
 
 using namespace rssm;

@@ -27,7 +27,7 @@
 #include "metrics/tolerance.h"
 #include "metrics/traffic.h"
 #include "numeric/format.h"
-#include "replay/reference.h"
+#include "cpu/reference.h"
 #include "replayssm_version.h"
 #include "run/progress.h"
 #include "trace/trace_h5.h"

@@ -6,8 +6,8 @@
 #include "errors.h"
 #include "numeric/arith.h"
 #include "numeric/format.h"
-#include "replay/eager.h"
-#include "replay/replay.h"
+#include "cpu/eager.h"
+#include "cpu/replay.h"
 #include "metrics/traffic.h"
 
 namespace rssm {

@@ -9,7 +9,7 @@
 
 #include "metrics/traffic.h"
 #include "run/config.h"
-#include "run/decoder.h"
+#include "decoder/decoder.h"
 
 namespace rssm {
 

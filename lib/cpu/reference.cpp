@@ -1,4 +1,4 @@
-#include "replay/reference.h"
+#include "cpu/reference.h"
 
 #include <cmath>
 

@@ -1,4 +1,4 @@
-#include "replay/checkpoint.h"
+#include "cpu/checkpoint.h"
 
 #include <fmt/format.h>
 

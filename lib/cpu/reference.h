@@ -2,7 +2,7 @@
 // heads, parallel over (sequence, head) with OpenMP. Every scheme is measured against it.
 #pragma once
 
-#include "run/decoder.h"
+#include "decoder/decoder.h"
 
 namespace rssm {
 

@@ -14,8 +14,8 @@
 
 #include "numeric/arith.h"
 #include "numeric/format.h"
-#include "replay/checkpoint.h"
-#include "run/decoder.h"
+#include "cpu/checkpoint.h"
+#include "decoder/decoder.h"
 
 namespace rssm {
 

@@ -1,11 +1,11 @@
-#include "replay/eager.h"
+#include "cpu/eager.h"
 
 #include <cmath>
 #include <fmt/format.h>
 
 #include "errors.h"
 #include "numeric/arith.h"
-#include "replay/checkpoint.h"
+#include "cpu/checkpoint.h"
 
 namespace rssm {
 

@@ -1,4 +1,4 @@
-#include "replay/replay.h"
+#include "cpu/replay.h"
 
 #include <cmath>
 #include <fmt/format.h>

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "decoder/input_chunk.h"
 #include "model/model.h"
-#include "trace/trace.h"
 
 namespace rssm {
 

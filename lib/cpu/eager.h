@@ -5,7 +5,7 @@
 #pragma once
 
 #include "numeric/format.h"
-#include "run/decoder.h"
+#include "decoder/decoder.h"
 
 namespace rssm {
 
