@@ -56,6 +56,13 @@ TEST_CASE("config: defaults.ini matches the program's key table", "[config]") {
   // And it parses: every key it lists is known.
   Config c;
   c.load_file(std::string(REPLAYSSM_SOURCE_DIR) + "/configs/defaults.ini");
+  // The sweep mark comes from KeyDef::sweep alone: a help line that says "(sweep)" itself printed it twice.
+  for (const auto& k : config_keys()) {
+    INFO(k.key << ": " << k.help);
+    CHECK(k.help.find("(sweep)") == std::string::npos);
+    CHECK_THAT(Config::defaults_text(), Contains("# " + std::string(k.sweep ? "(sweep) " : "") + k.help + "\n"));
+  }
+  CHECK_THAT(committed, !Contains("(sweep) (sweep)"));
 }
 
 TEST_CASE("sweep: Cartesian product, stable ids, bad values and skipped combinations", "[config]") {

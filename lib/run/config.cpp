@@ -17,6 +17,7 @@ namespace rssm {
 
 const std::vector<KeyDef>& config_keys() {
   // One table for every key. Keep help lines to one line: they become defaults.ini's comments.
+  // A sweep key's help does not say so itself: defaults_text() marks it "(sweep)" from KeyDef::sweep.
   static const std::vector<KeyDef> keys = {
       {"run.output", "results/run.h5", "result file (HDF5); written to a temporary name and renamed at the end",
        false},
@@ -75,31 +76,31 @@ const std::vector<KeyDef>& config_keys() {
       {"synth.readout_vocab", "0", "also synthesise a readout matrix with this many rows (0 = none)", false},
 
       {"scheme.decoder", "eager",
-       "decoders under test (sweep): eager (state written every step), replay (checkpoint + buffer, one shared "
+       "decoders under test: eager (state written every step), replay (checkpoint + buffer, one shared "
        "checkpoint), dual (replay with an update copy and a separate read copy)",
        true},
       {"scheme.state_format", "fp32",
-       "(sweep) eager: the state's format (fp64, fp32, bf16, fp16); replay: the shared checkpoint's format (also e4m3, "
+       "eager: the state's format (fp64, fp32, bf16, fp16); replay: the shared checkpoint's format (also e4m3, "
        "e5m2, int8 with per-row scales); dual: the update copy's format",
        true},
-      {"scheme.read_format", "bf16", "(sweep) dual only: the read copy's format (bf16, fp16, e4m3, e5m2, int8, fp32)",
+      {"scheme.read_format", "bf16", "dual only: the read copy's format (bf16, fp16, e4m3, e5m2, int8, fp32)",
        true},
-      {"scheme.buffer_format", "bf16", "(sweep) replay/dual: format of buffered x, B / u, k (fp64, fp32, bf16, fp16)",
+      {"scheme.buffer_format", "bf16", "replay/dual: format of buffered x, B / u, k (fp64, fp32, bf16, fp16)",
        true},
-      {"scheme.interval", "8", "(sweep) replay/dual: checkpoint interval K, flush every K steps (1..1024)", true},
+      {"scheme.interval", "8", "replay/dual: checkpoint interval K, flush every K steps (1..1024)", true},
       {"scheme.buffer_len", "0",
-       "(sweep) replay/dual: ring capacity in entries, >= interval (0 = interval); larger models a ring shared with "
+       "replay/dual: ring capacity in entries, >= interval (0 = interval); larger models a ring shared with "
        "speculative windows (memory and traffic only)",
        true},
-      {"scheme.dot_arith", "fp32", "(sweep) replay/dual: arithmetic of the output dots: fp64, fp32, tf32, 3xtf32, bf16",
+      {"scheme.dot_arith", "fp32", "replay/dual: arithmetic of the output dots: fp64, fp32, tf32, 3xtf32, bf16",
        true},
-      {"scheme.flush_arith", "fp32", "(sweep) replay/dual: arithmetic of the flush GEMM: fp64, fp32, tf32, 3xtf32, bf16",
+      {"scheme.flush_arith", "fp32", "replay/dual: arithmetic of the flush GEMM: fp64, fp32, tf32, 3xtf32, bf16",
        true},
-      {"scheme.rounding", "nearest", "(sweep) rounding of state/checkpoint stores: nearest (even) or stochastic", true},
-      {"scheme.route", "inner", "(sweep) GDN replay route: inner (inner products) or reconstruct (rebuild the state)",
+      {"scheme.rounding", "nearest", "rounding of state/checkpoint stores: nearest (even) or stochastic", true},
+      {"scheme.route", "inner", "GDN replay route: inner (inner products) or reconstruct (rebuild the state)",
        true},
       {"scheme.act_format", "bf16",
-       "(sweep) activation format: inputs are rounded to it before any decoder, the fp64 reference included "
+       "activation format: inputs are rounded to it before any decoder, the fp64 reference included "
        "(fp32, bf16, fp16)",
        true},
   };
