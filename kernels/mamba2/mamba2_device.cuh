@@ -1,0 +1,183 @@
+// Device helpers shared by the Mamba-2 kernels (eager and replay): 16-byte state vectors in each storage format,
+// activation loads, the per-head scalars (Δ, A), and the host-side checks of the common launch fields.
+// Only for kernels/mamba2/*.cu.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "mamba2/mamba2_kernels.h"
+#include "numeric/bits.h"
+
+namespace rssm {
+namespace m2 {
+
+constexpr int kThreads = 128;  // one CTA: 4 warps
+constexpr int kUnroll = 4;     // passes of rows whose state loads are in flight together
+
+// A 16-byte vector of state elements: kVec elements of T, loaded as one uint4 and converted to fp32.
+// Stores round to nearest even with the hardware conversion (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32), which equals
+// numeric/bits.h's round_bf16 / round_fp16 on every finite value and infinity (the tests check the stored bits
+// against float_to_bf16_bits); only a NaN's payload may differ (hardware gives 0x7FFF, the contract 0x7FC0).
+template <class T>
+struct StateVec;
+
+template <>
+struct StateVec<float> {
+  static constexpr int kVec = 4;
+  __device__ static void load(const float* p, float v[kVec]) {
+    const float4 q = __ldcs(reinterpret_cast<const float4*>(p));  // streamed once: evict first
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+  }
+  // Stores v, which already is the stored value (fp32: no rounding).
+  __device__ static void store(float* p, float v[kVec]) {
+    __stcs(reinterpret_cast<float4*>(p), make_float4(v[0], v[1], v[2], v[3]));
+  }
+};
+
+template <>
+struct StateVec<__nv_bfloat16> {
+  static constexpr int kVec = 8;
+  __device__ static void load(const __nv_bfloat16* p, float v[kVec]) {
+    const uint4 q = __ldcs(reinterpret_cast<const uint4*>(p));
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = __uint_as_float(w[i] << 16);
+      v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
+  }
+  // Rounds v to bf16, stores it, and leaves the rounded values in v (the value every later use must see).
+  __device__ static void store(__nv_bfloat16* p, float v[kVec]) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const __nv_bfloat162 b = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+      w[i] = *reinterpret_cast<const uint32_t*>(&b);
+      v[2 * i] = __uint_as_float(w[i] << 16);
+      v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
+    __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
+  }
+};
+
+template <>
+struct StateVec<__half> {
+  static constexpr int kVec = 8;
+  __device__ static void load(const __half* p, float v[kVec]) {
+    const uint4 q = __ldcs(reinterpret_cast<const uint4*>(p));
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      v[2 * i] = f.x;
+      v[2 * i + 1] = f.y;
+    }
+  }
+  __device__ static void store(__half* p, float v[kVec]) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+      w[i] = *reinterpret_cast<const uint32_t*>(&h);
+      const float2 f = __half22float2(h);
+      v[2 * i] = f.x;
+      v[2 * i + 1] = f.y;
+    }
+    __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
+  }
+};
+
+// Rounds kW fp32 values (kW = 4 or 8) to T and stores them as one vector of kW·sizeof(T) bytes (dual read copies
+// written from the update copy's registers, whose vector is 4 wide). T = bf16 or fp16.
+template <class T>
+__device__ inline void store_narrow4(T* p, const float v[4]) {
+  uint32_t w[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+      const __nv_bfloat162 b = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+      w[i] = *reinterpret_cast<const uint32_t*>(&b);
+    } else {
+      const __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+      w[i] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+  }
+  __stcs(reinterpret_cast<uint2*>(p), make_uint2(w[0], w[1]));
+}
+
+__device__ inline float to_f32(float v) { return v; }
+__device__ inline float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ inline float to_f32(__half v) { return __half2float(v); }
+
+// An activation element as the buffer keeps it (bf16), as a float. A bf16 activation passes through unchanged.
+__device__ inline float to_buffer_f32(float v) { return bf16_bits_to_float(float_to_bf16_bits(v)); }
+__device__ inline float to_buffer_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ inline uint16_t to_buffer_bits(float v) { return float_to_bf16_bits(v); }
+__device__ inline uint16_t to_buffer_bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+
+// Δ = clamp(softplus(dt + dt_bias)), softplus passing through above 20 as model/mamba2.h's softplus does.
+__device__ inline float delta_of(float dt_raw, float dt_bias, float dt_min, float dt_max) {
+  const float v = dt_raw + dt_bias;
+  const float sp = v > 20.0f ? v : log1pf(expf(v));
+  return fminf(fmaxf(sp, dt_min), dt_max);
+}
+
+__device__ inline float gate(float y, float z) { return y * (z / (1.0f + expf(-z))); }
+
+// Sum over the `width` consecutive lanes that share a state row (width a power of two <= 32).
+__device__ inline float row_sum(float v, int width) {
+  for (int o = width >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  return v;
+}
+
+// Output element store in the run-time output format (FP32 or BF16).
+__device__ inline void store_y(void* y, long long idx, bool bf16, float v) {
+  if (bf16)
+    static_cast<uint16_t*>(y)[idx] = float_to_bf16_bits(v);
+  else
+    static_cast<float*>(y)[idx] = v;
+}
+
+// ---- host side ----
+
+__host__ __device__ inline long long or_default(long long stride, long long contiguous) { return stride > 0 ? stride : contiguous; }
+
+[[noreturn]] inline void bad_launch(const char* what, const std::string& msg) {
+  throw std::invalid_argument(std::string(what) + ": " + msg);
+}
+
+inline int state_vec(Format f) { return f == Format::FP32 ? 4 : 8; }
+
+// Checks of the fields every step shares; `state_vec_elems` is the 16-byte vector width of the streamed state.
+inline void check_step_args(const char* what, const Mamba2StepArgs& a) {
+  const Mamba2Dims& d = a.dims;
+  if (d.H <= 0 || d.P <= 0 || d.N <= 0 || d.G <= 0 || d.H % d.G != 0)
+    bad_launch(what, "dims H, P, N, G must be positive with H a multiple of G (got H=" + std::to_string(d.H) +
+                         " P=" + std::to_string(d.P) + " N=" + std::to_string(d.N) + " G=" + std::to_string(d.G) + ")");
+  if (a.batch < 0) bad_launch(what, "batch must be >= 0");
+  if (a.batch == 0) return;
+  if (!a.d_slot || !a.d_x || !a.d_dt || !a.d_B || !a.d_C || !a.d_y || !a.d_A_log || !a.d_dt_bias || !a.d_D)
+    bad_launch(what, "d_slot, d_x, d_dt, d_B, d_C, d_y, d_A_log, d_dt_bias and d_D must all be set");
+  if (a.act_format != Format::BF16 && a.act_format != Format::FP32)
+    bad_launch(what, "act_format must be bf16 or fp32 (got " + format_name(a.act_format) + ")");
+  if (a.y_format != Format::BF16 && a.y_format != Format::FP32)
+    bad_launch(what, "y_format must be bf16 or fp32 (got " + format_name(a.y_format) + ")");
+  if (!(a.dt_min >= 0.0f) || !(a.dt_max > a.dt_min)) bad_launch(what, "dt limits need 0 <= dt_min < dt_max");
+}
+
+// The streamed state's vectors: N / vec lanes per row, a power of two dividing 32.
+inline void check_state_rows(const char* what, int N, int vec, const void* p) {
+  const int lanes = N / vec;
+  if (N % vec != 0 || lanes > 32 || (lanes & (lanes - 1)) != 0)
+    bad_launch(what, "state dim N=" + std::to_string(N) + " must be " + std::to_string(vec) +
+                         " times a power of two up to 32 (16-byte vectors, one row within a warp)");
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) bad_launch(what, "state pointers must be 16-byte aligned");
+}
+
+}  // namespace m2
+}  // namespace rssm

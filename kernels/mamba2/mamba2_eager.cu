@@ -1,0 +1,145 @@
+// Mamba-2 eager decode step (mamba2_kernels.h): S <- a·S + Δ·x ⊗ B, y = S·C + D·x (·z·sigmoid(z)), the state
+// read and written once in its storage format, fp32 arithmetic, the dot over the stored (rounded) values as the
+// CPU emulation (lib/cpu/eager.cpp) takes it.
+// Work split: one CTA of 128 threads per (row, head, P-tile). A state row of N elements is N/vec lanes of 16-byte
+// vectors (fp32 N=128: 32 lanes; bf16: 16), so a CTA covers 128/(N/vec) rows per pass and keeps kUnroll passes of
+// loads in flight before the first use (Little's law: ~20 KiB per SM must be in flight on the H200; 8 resident
+// CTAs × 128 threads × 4 × 16 B = 64 KiB). P-tiles only at small batch, where rows × heads would not fill 132 SMs.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "common/cuda_check.h"
+#include "mamba2/mamba2_device.cuh"
+
+namespace rssm {
+namespace m2 {
+
+template <class S, class A>
+__global__ void __launch_bounds__(kThreads) mamba2_eager_kernel(Mamba2StepArgs a, S* __restrict__ state, int ptiles) {
+  constexpr int kVec = StateVec<S>::kVec;
+  const int H = a.dims.H, P = a.dims.P, N = a.dims.N, hpg = a.dims.H / a.dims.G;
+  const int per_row = H * ptiles;
+  const int row = blockIdx.x / per_row;
+  const int h = (blockIdx.x % per_row) / ptiles, tile = blockIdx.x % ptiles;
+  const int slot = a.d_slot[row];
+  if (slot < 0) return;  // padded row
+  const int g = h / hpg;
+  const int lanes = N / kVec;  // threads per state row
+  const int rows_per_pass = kThreads / lanes;
+  const int c = threadIdx.x % lanes, rsub = threadIdx.x / lanes;
+
+  const A* x = static_cast<const A*>(a.d_x) + row * or_default(a.x_stride, static_cast<long long>(H) * P) + h * P;
+  const A* dtp = static_cast<const A*>(a.d_dt) + row * or_default(a.dt_stride, H);
+  const long long bcs = or_default(a.bc_stride, static_cast<long long>(a.dims.G) * N);
+  const A* B = static_cast<const A*>(a.d_B) + row * bcs + g * N + c * kVec;
+  const A* C = static_cast<const A*>(a.d_C) + row * bcs + g * N + c * kVec;
+  const A* z = a.d_z ? static_cast<const A*>(a.d_z) + row * or_default(a.z_stride, static_cast<long long>(H) * P) + h * P
+                     : nullptr;
+  const long long ys = or_default(a.y_stride, static_cast<long long>(H) * P);
+  const bool y_bf16 = a.y_format == Format::BF16;
+
+  const float delta = delta_of(to_f32(dtp[h]), a.d_dt_bias[h], a.dt_min, a.dt_max);
+  const float decay = expf(-expf(a.d_A_log[h]) * delta);
+  float Bv[kVec], Cv[kVec];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    Bv[k] = to_f32(B[k]);
+    Cv[k] = to_f32(C[k]);
+  }
+
+  const int tile_rows = (P + ptiles - 1) / ptiles;
+  const int p_begin = tile * tile_rows, p_end = min(P, p_begin + tile_rows);
+  S* head = state + (static_cast<long long>(slot) * H + h) * P * N + c * kVec;
+  for (int p0 = p_begin; p0 < p_end; p0 += rows_per_pass * kUnroll) {
+    float s[kUnroll][kVec], xv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {  // every load first: kUnroll independent 16-byte loads in flight
+      const int p = p0 + u * rows_per_pass + rsub;
+      if (p < p_end) {
+        StateVec<S>::load(head + static_cast<long long>(p) * N, s[u]);
+        xv[u] = to_f32(x[p]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) s[u][k] = 0.0f;
+        xv[u] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int p = p0 + u * rows_per_pass + rsub;
+      const float dx = delta * xv[u];
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) s[u][k] = fmaf(decay, s[u][k], dx * Bv[k]);
+      if (p < p_end) StateVec<S>::store(head + static_cast<long long>(p) * N, s[u]);  // s now holds stored values
+      float acc = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) acc = fmaf(s[u][k], Cv[k], acc);
+      acc = row_sum(acc, lanes);
+      if (c == 0 && p < p_end) {
+        const float d = a.d_per_dim ? a.d_D[h * P + p] : a.d_D[h];
+        float out = acc + d * xv[u];
+        if (z) out = gate(out, to_f32(z[p]));
+        store_y(a.d_y, row * ys + static_cast<long long>(h) * P + p, y_bf16, out);
+      }
+    }
+  }
+}
+
+template <class S, class A>
+void launch_eager(const Mamba2EagerLaunch& l, int ptiles, cudaStream_t stream) {
+  const long long blocks = static_cast<long long>(l.step.batch) * l.step.dims.H * ptiles;
+  if (blocks > 0x7FFFFFFFLL) bad_launch("mamba2_eager_step", "batch · H · tiles exceeds the grid limit");
+  mamba2_eager_kernel<S, A><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(l.step, static_cast<S*>(l.d_state),
+                                                                                     ptiles);
+  CUDA_CHECK_LAUNCH(stream);
+}
+
+template <class S>
+void dispatch_act(const Mamba2EagerLaunch& l, int ptiles, cudaStream_t stream) {
+  if (l.step.act_format == Format::BF16)
+    launch_eager<S, __nv_bfloat16>(l, ptiles, stream);
+  else
+    launch_eager<S, float>(l, ptiles, stream);
+}
+
+}  // namespace m2
+
+int mamba2_p_tiles(const Mamba2Dims& dims, int batch, Format state_format) {
+  // Aim for >= 2048 CTAs (about 16 per SM on 132 SMs); never split below one pass of rows.
+  const int lanes = dims.N / m2::state_vec(state_format);
+  const int rows_per_pass = lanes > 0 ? m2::kThreads / lanes : dims.P;
+  int tiles = 1;
+  while (static_cast<long long>(batch) * dims.H * tiles < 2048 && (dims.P + 2 * tiles - 1) / (2 * tiles) >= rows_per_pass)
+    tiles *= 2;
+  return tiles;
+}
+
+void mamba2_eager_step(const Mamba2EagerLaunch& l, cudaStream_t stream) {
+  const char* what = "mamba2_eager_step";
+  m2::check_step_args(what, l.step);
+  if (l.step.batch == 0) return;
+  if (l.state_format != Format::FP32 && l.state_format != Format::BF16 && l.state_format != Format::FP16)
+    m2::bad_launch(what, "state_format must be fp32, bf16 or fp16 (got " + format_name(l.state_format) + ")");
+  if (!l.d_state) m2::bad_launch(what, "d_state must be set");
+  m2::check_state_rows(what, l.step.dims.N, m2::state_vec(l.state_format), l.d_state);
+  const int ptiles = mamba2_p_tiles(l.step.dims, l.step.batch, l.state_format);
+  switch (l.state_format) {
+    case Format::FP32: m2::dispatch_act<float>(l, ptiles, stream); break;
+    case Format::BF16: m2::dispatch_act<__nv_bfloat16>(l, ptiles, stream); break;
+    default: m2::dispatch_act<__half>(l, ptiles, stream); break;
+  }
+}
+
+// Explicit instantiations: state fp32 / bf16 / fp16 × activations bf16 / fp32.
+namespace m2 {
+template void launch_eager<float, __nv_bfloat16>(const Mamba2EagerLaunch&, int, cudaStream_t);
+template void launch_eager<float, float>(const Mamba2EagerLaunch&, int, cudaStream_t);
+template void launch_eager<__nv_bfloat16, __nv_bfloat16>(const Mamba2EagerLaunch&, int, cudaStream_t);
+template void launch_eager<__nv_bfloat16, float>(const Mamba2EagerLaunch&, int, cudaStream_t);
+template void launch_eager<__half, __nv_bfloat16>(const Mamba2EagerLaunch&, int, cudaStream_t);
+template void launch_eager<__half, float>(const Mamba2EagerLaunch&, int, cudaStream_t);
+}  // namespace m2
+
+}  // namespace rssm

@@ -1,0 +1,100 @@
+// Mamba-2 decode-step kernels for Hopper (sm_90): launch-parameter structs and launchers. CUDA-free header: host
+// code built without nvcc may include it (it sees cudaStream_t only as an opaque pointer).
+//   mamba2_eager_step:  S <- a·S + Δ·x ⊗ B, y = S·C + D·x (·z·sigmoid(z)); state stored in its format every step.
+//   mamba2_replay_step: checkpoint + ring of the tokens since it (METHOD.md, output-only route), a flush folding the
+//                       ring into the checkpoint when a row's ring reaches `interval`; shared or dual checkpoint.
+// Launchers check the launch struct (one clear std::invalid_argument naming the field), launch one kernel on the
+// stream and return: no allocation, no synchronisation. Errors of the launch itself throw rssm::CudaError.
+// Arithmetic is fp32 throughout; rounding to storage formats follows numeric/bits.h (round to nearest even).
+//
+// Serving layout. Row r of the step (r < batch) owns the state in the pool at slot[r]; slot[r] < 0 marks a padded
+// row: skipped, its outputs and every pool entry left untouched. Two rows of one launch must not share a slot.
+// Per-row inputs are [batch, ...] with a row stride (elements) so a row may sit inside a larger activation buffer.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+
+#include "numeric/format.h"
+
+struct CUstream_st;
+typedef CUstream_st* cudaStream_t;
+
+namespace rssm {
+
+// Geometry of one layer: heads H, head dim P, state dim N, groups G (B, C shared by H/G consecutive heads).
+struct Mamba2Dims {
+  int H = 0, P = 0, N = 0, G = 1;
+};
+
+// What every step reads and writes besides the state: the step's inputs, the layer parameters and the output.
+struct Mamba2StepArgs {
+  Mamba2Dims dims;
+  int batch = 0;              // rows in this launch
+  const int32_t* d_slot = nullptr;  // [batch]: pool slot of each row, < 0 = padded row
+  // Inputs, all in act_format (BF16 or FP32): rows `*_stride` elements apart.
+  Format act_format = Format::BF16;
+  const void* d_x = nullptr;   // [batch, H, P]
+  const void* d_dt = nullptr;  // [batch, H]  raw dt (softplus and dt_bias applied inside)
+  const void* d_B = nullptr;   // [batch, G, N]
+  const void* d_C = nullptr;   // [batch, G, N]
+  const void* d_z = nullptr;   // [batch, H, P] or nullptr: no output gate
+  long long x_stride = 0, dt_stride = 0, bc_stride = 0, z_stride = 0;  // 0 = contiguous (H·P, H, G·N, H·P)
+  // Layer parameters, fp32 on the device.
+  const float* d_A_log = nullptr;    // [H]: A = -exp(A_log)
+  const float* d_dt_bias = nullptr;  // [H]
+  const float* d_D = nullptr;        // [H], or [H, P] when d_per_dim
+  bool d_per_dim = false;
+  float dt_min = 0.0f;       // Δ clamped to [dt_min, dt_max] after softplus
+  float dt_max = std::numeric_limits<float>::infinity();
+  // Output y [batch, H, P] in y_format (FP32 or BF16), rows y_stride elements apart (0 = H·P).
+  void* d_y = nullptr;
+  Format y_format = Format::FP32;
+  long long y_stride = 0;
+};
+
+// Eager: the state pool [pool, H, P, N] in state_format (FP32, BF16 or FP16), updated in place.
+struct Mamba2EagerLaunch {
+  Mamba2StepArgs step;
+  Format state_format = Format::FP32;
+  void* d_state = nullptr;  // [pool, H, P, N]
+};
+
+// Replay: a checkpoint per slot and a ring of the tokens appended since it.
+// Shared checkpoint: d_ckpt in ckpt_format (FP32, BF16, FP16), read every step, read and written at a flush.
+// Dual: d_ckpt is the fp32 update copy (read and written only at a flush) and d_read the read copy in read_format
+// (BF16 or FP16) that non-flush steps read; the flush writes both from the same registers.
+// Ring, per slot, capacity entries (>= interval); entries 0 .. fill-1 are the tokens since the checkpoint:
+//   d_ring_x [pool, capacity, H, P] bf16 bits, d_ring_B [pool, capacity, G, N] bf16 bits (the buffer format is
+//   bf16: the CPU emulation's default), d_ring_dl [pool, capacity, H] float2 = (Δ_j, Λ_j) with Λ_j the running fp32
+//   sum of A·Δ over entries 0..j (stored so a step never re-adds the prefix).
+// Cursor: d_fill [pool] = entries in the ring before this step, advanced on the device (the host never reads it);
+// d_arrive [pool] int32 must be zero before the first launch and is left zero after every launch (see the .cu).
+// A row whose fill reaches `interval` with this token flushes in the same launch, and its fill returns to 0.
+struct Mamba2ReplayLaunch {
+  Mamba2StepArgs step;
+  int interval = 16;
+  int capacity = 16;
+  Format ckpt_format = Format::FP32;
+  void* d_ckpt = nullptr;        // [pool, H, P, N]
+  bool dual = false;
+  Format read_format = Format::BF16;
+  void* d_read = nullptr;        // [pool, H, P, N] (dual only)
+  uint16_t* d_ring_x = nullptr;  // [pool, capacity, H, P]
+  uint16_t* d_ring_B = nullptr;  // [pool, capacity, G, N]
+  float* d_ring_dl = nullptr;    // [pool, capacity, H, 2]
+  int32_t* d_fill = nullptr;     // [pool]
+  int32_t* d_arrive = nullptr;   // [pool]
+};
+
+// Largest interval a replay launch accepts (per-entry weights live in shared memory).
+constexpr int kMamba2MaxInterval = 64;
+
+void mamba2_eager_step(const Mamba2EagerLaunch& launch, cudaStream_t stream);
+void mamba2_replay_step(const Mamba2ReplayLaunch& launch, cudaStream_t stream);
+
+// CTAs per (row, head) the launchers use for `batch` rows: the head dim is split into tiles when few rows would
+// leave SMs idle. Exposed for the tests (tile edges) and the benchmark's labels.
+int mamba2_p_tiles(const Mamba2Dims& dims, int batch, Format state_format);
+
+}  // namespace rssm
