@@ -8,6 +8,7 @@
 //               16 at every batch, intervals 4 8 32 at batch 1 and 256 (about a minute on an H200)
 //     --z       with the output gate z (default off: serving engines gate in the following norm)
 //     --smoke   a few tiny cases, one repetition (ctest); exits 0 with a message when no GPU exists
+//     --once    one iteration of one repetition per case (for ncu: few launches to replay)
 //   JSON: --benchmark_out=FILE --benchmark_out_format=json (context: GPU, driver, git commit, ceilings).
 //
 // Method (KERNELS.md "Measuring like the peers were measured"): inputs and state already on the device; one CUDA
@@ -42,7 +43,7 @@ namespace {
 
 struct Options {
   std::string preset = "nemotron3-super-120b";
-  bool full = false, z = false, smoke = false;
+  bool full = false, z = false, smoke = false, once = false;
 };
 Options g_opt;
 Model g_model;
@@ -321,7 +322,8 @@ void bm_step(benchmark::State& st, Config c) {
 void add(const Config& c) {
   auto* b = benchmark::RegisterBenchmark(bench_name(c).c_str(), [c](benchmark::State& st) { bm_step(st, c); });
   b->UseManualTime()->Unit(benchmark::kMicrosecond);
-  if (g_opt.smoke) b->Iterations(2)->Repetitions(1);
+  if (g_opt.once) b->Iterations(1)->Repetitions(1);
+  else if (g_opt.smoke) b->Iterations(2)->Repetitions(1);
   else b->Iterations(10)->Repetitions(5)->ReportAggregatesOnly(true);
 }
 
@@ -374,6 +376,7 @@ int main(int argc, char** argv) {
     else if (a == "--full") g_opt.full = true;
     else if (a == "--z") g_opt.z = true;
     else if (a == "--smoke") g_opt.smoke = true;
+    else if (a == "--once") g_opt.once = true;
     else rest.push_back(argv[i]);
   }
   try {

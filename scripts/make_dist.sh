@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Bundle the replayssm binary and its non-libc shared libraries into dist/ (git-ignored) so that it runs on a
 # machine without our build dependencies (the H200 machine, docs: ../shared/GPU.md):
-#   scripts/make_dist.sh [BUILD_DIR]          # default build/
+#   scripts/make_dist.sh [BUILD_DIR]          # default build/; a CUDA build (build-cuda/) adds the GPU programs
 #   there: LD_LIBRARY_PATH=$PWD/dist/lib ./dist/bin/replayssm ...
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,8 +14,13 @@ cp -L "$bin" dist/bin/
 # The test binary too, when it was built: scripts/gpu_sanitize.sh runs its [gpu] tests there.
 tests="$build/tests/replayssm_tests"
 if [ -x "$tests" ]; then cp -L "$tests" dist/bin/; fi
-for l in $( (ldd "$bin"; [ -x "$tests" ] && ldd "$tests") | awk '/=> \//{print $3}' \
-           | sort -u | grep -v -E 'libc\.so|libm\.so|libpthread|libdl|librt|ld-linux|libgcc_s|libstdc'); do
+# CUDA builds: the GPU tests and the kernel benchmarks (scripts/gpu_run.sh runs them on the H200).
+gpu=()
+for g in "$build/tests/gpu/replayssm_gpu_tests" "$build/experiments/bench_mamba2_cuda"; do
+  if [ -x "$g" ]; then cp -L "$g" dist/bin/; gpu+=("$g"); fi
+done
+for l in $( (ldd "$bin"; [ -x "$tests" ] && ldd "$tests"; for g in "${gpu[@]}"; do ldd "$g"; done) | awk '/=> \//{print $3}' \
+           | sort -u | grep -v -E 'libcuda\.so|libc\.so|libm\.so|libpthread|libdl|librt|ld-linux|libgcc_s|libstdc'); do
   cp -L "$l" dist/lib/
 done
 du -sh dist/bin dist/lib

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# One session on the H200 (docs: /work/shared/GPU.md) for the Mamba-2 kernels: the GPU tests, the kernel benchmark,
+# and on request ncu DRAM bytes of single steps and compute-sanitizer on the GPU tests. Everything is logged under
+# $OUT (default ./gpu_out); the exit code is non-zero when the tests, the benchmark or a requested check failed.
+# Built here, run there: on the build machine
+#   cmake -S . -B build-cuda -DREPLAYSSM_CUDA=ON && cmake --build build-cuda -j2 && scripts/make_dist.sh build-cuda
+# then, on the H200, from the repository root (dist/ travels with the tree):
+#   scripts/gpu_run.sh                  tests + default benchmark (about 2-4 minutes)
+#   GPU_RUN_NCU=1 scripts/gpu_run.sh    + ncu DRAM bytes of one eager, one non-flush and one flush step
+#   GPU_RUN_SANITIZE=1 scripts/gpu_run.sh   + compute-sanitizer memcheck on the GPU tests (scripts/gpu_sanitize.sh;
+#                                       SANITIZER_TOOLS="memcheck racecheck initcheck synccheck" for all four)
+#   GPU_RUN_BENCH_ARGS="--full" scripts/gpu_run.sh      benchmark flags (--full, --preset=NAME, --z, a filter ...)
+#   GPU_RUN_SKIP_TESTS=1 / GPU_RUN_SKIP_BENCH=1         leave a part out
+# Outputs: $OUT/gpu_tests.log, $OUT/bench_mamba2_cuda.json (+ .log), $OUT/ncu_*.csv,
+# $OUT/sanitize-*.log, $OUT/summary.txt (what ran, exit codes, GPU and driver).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/gpu_out}"
+mkdir -p "$OUT"
+if [ -d dist/lib ]; then export LD_LIBRARY_PATH="$PWD/dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+for d in /usr/local/cuda/bin; do [ -d "$d" ] && PATH="$PATH:$d"; done
+bin=dist/bin
+[ -d "$bin" ] || bin=build-cuda/bin_missing
+tests="$bin/replayssm_gpu_tests"
+bench="$bin/bench_mamba2_cuda"
+for f in "$tests" "$bench"; do
+  if [ -f "$f" ] && [ ! -x "$f" ]; then chmod +x "$f"; fi  # a copy that lost its mode bit
+done
+summary="$OUT/summary.txt"
+: >"$summary"
+note() { echo "$*" | tee -a "$summary"; }
+status=0
+
+note "gpu_run: $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 | tee -a "$summary"
+
+if [ -z "${GPU_RUN_SKIP_TESTS:-}" ]; then
+  if [ -x "$tests" ]; then
+    start=$(date +%s)
+    "$tests" "[gpu]" --durations yes --use-colour no >"$OUT/gpu_tests.log" 2>&1
+    rc=$?
+    note "gpu tests: exit $rc in $(( $(date +%s) - start )) s (log: gpu_tests.log; per-case error lines start with the geometry)"
+    tail -4 "$OUT/gpu_tests.log" | tee -a "$summary"
+    [ $rc -eq 0 ] || status=1
+  else
+    note "gpu tests: $tests missing (make the dist/ bundle from a CUDA build)"; status=1
+  fi
+fi
+
+if [ -z "${GPU_RUN_SKIP_BENCH:-}" ]; then
+  if [ -x "$bench" ]; then
+    start=$(date +%s)
+    # shellcheck disable=SC2086
+    "$bench" ${GPU_RUN_BENCH_ARGS:-} --benchmark_out="$OUT/bench_mamba2_cuda.json" --benchmark_out_format=json \
+      --benchmark_counters_tabular=true >"$OUT/bench_mamba2_cuda.log" 2>&1
+    rc=$?
+    note "benchmark: exit $rc in $(( $(date +%s) - start )) s (bench_mamba2_cuda.json, .log)"
+    grep -E "ceilings|_median" "$OUT/bench_mamba2_cuda.log" | head -200 >>"$summary"
+    [ $rc -eq 0 ] || status=1
+  else
+    note "benchmark: $bench missing"; status=1
+  fi
+fi
+
+if [ -n "${GPU_RUN_NCU:-}" ]; then
+  if command -v ncu >/dev/null && [ -x "$bench" ]; then
+    # One benchmark iteration each at batch 256 (K=16); ncu replays each kernel launch and reads DRAM bytes. The
+    # kernel names match the templates (eager fp32: <float, bf16>; replay fp32: <bf16, float, void>).
+    for what in "eager/fp32/batch:256$" "replay/fp32/K16/nonflush/batch:256$" "replay/fp32/K16/flush/batch:256$" \
+                "dual/fp32\\+bf16/K16/nonflush/batch:256$" "dual/fp32\\+bf16/K16/flush/batch:256$"; do
+      tag=$(echo "$what" | tr -c 'A-Za-z0-9\n' '_')
+      ncu --clock-control none --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
+        -k regex:mamba2_ --launch-count 3 --csv \
+        "$bench" --once --benchmark_filter="$what" \
+        >"$OUT/ncu_$tag.csv" 2>"$OUT/ncu_$tag.err"
+      note "ncu $what: exit $? (ncu_$tag.csv)"
+      grep -E "dram__bytes|gpu__time" "$OUT/ncu_$tag.csv" | head -6 >>"$summary"
+    done
+  else
+    note "ncu: not found (or no benchmark binary): skipped"
+  fi
+fi
+
+if [ -n "${GPU_RUN_SANITIZE:-}" ]; then
+  SANITIZER_TOOLS="${SANITIZER_TOOLS:-memcheck}" SANITIZE_LOG_DIR="$OUT" \
+    scripts/gpu_sanitize.sh "$tests" "[gpu]" >"$OUT/sanitize.log" 2>&1
+  rc=$?
+  note "compute-sanitizer (${SANITIZER_TOOLS:-memcheck}): exit $rc (sanitize.log, sanitize-<tool>.log)"
+  tail -2 "$OUT/sanitize.log" | tee -a "$summary"
+  [ $rc -eq 0 ] || status=1
+fi
+
+note "gpu_run: done, exit $status"
+exit $status
