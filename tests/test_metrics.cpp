@@ -13,6 +13,7 @@
 #include "metrics/state_error.h"
 #include "metrics/traffic.h"
 #include "model/model.h"
+#include "test_util.h"
 
 using namespace rssm;
 using Catch::Matchers::Contains;
@@ -320,7 +321,7 @@ TEST_CASE("readout: synthesized W, GEMM accuracy and calibration", "[metrics]") 
           exact += static_cast<double>(W[static_cast<size_t>(v) * O + i]) * y[q * O + i];
           mag += std::fabs(W[static_cast<size_t>(v) * O + i] * y[q * O + i]);
         }
-        max_rel = std::max(max_rel, std::fabs(lg[q * V + v] - exact) / mag);
+        max_rel = test::max_keep_nan(max_rel, std::fabs(lg[q * V + v] - exact) / mag);
       }
     // Worst-case float dot-product bound relative to Σ|w·y|: (O + 1)·2^-24 ≈ 1.2e-5 at O = 200 (y rounded to
     // float, then O accumulations); typical errors are ~sqrt(O) times smaller.
