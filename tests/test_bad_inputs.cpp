@@ -20,8 +20,10 @@
 #include "test_util.h"
 #include "trace/synth.h"
 #include "trace/trace_h5.h"
+#include "trace_fixtures.h"
 
 using namespace rssm;
+using test::Edit;
 namespace fs = std::filesystem;
 
 namespace {
@@ -103,54 +105,8 @@ std::set<std::string> listing(const std::string& dir) {
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Bad traces: a valid tiny Mamba-2 trace (with z, D per dim and a readout), then one corruption each.
-
-SynthConfig tiny_trace() {
-  SynthConfig c;
-  c.model.family = Family::Mamba2;
-  c.model.mamba2 = Mamba2Params{};
-  c.model.mamba2.H = 4;
-  c.model.mamba2.P = 8;
-  c.model.mamba2.N = 16;
-  c.model.mamba2.G = 2;
-  c.model.mamba2.has_z = true;
-  c.model.mamba2.d_per_dim = true;
-  c.steps = 37;
-  c.seqs = 3;
-  c.seed = 3;
-  c.readout_vocab = 5;
-  return c;
-}
-
-struct Edit {
-  h5::Handle f;
-  explicit Edit(const std::string& path) : f(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT)) { REQUIRE(f.valid()); }
-  void drop(const std::string& name) { REQUIRE(H5Ldelete(f, name.c_str(), H5P_DEFAULT) >= 0); }
-  void drop_attr(const std::string& name) { REQUIRE(H5Adelete(f, name.c_str()) >= 0); }
-  void attr(const std::string& name, long long v) { h5::set_attr(f, name, v); }
-  void attr(const std::string& name, const std::string& v) { h5::set_attr(f, name, v); }
-  // Replaces dataset `name` with one of the given type and shape, zero-filled.
-  void replace(const std::string& name, hid_t type, const std::vector<hsize_t>& dims) {
-    if (H5Lexists(f, name.c_str(), H5P_DEFAULT) > 0) drop(name);
-    h5::Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
-    h5::Handle ds(H5Dcreate2(f, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-    REQUIRE(ds.valid());
-    size_t n = H5Tget_size(type);
-    for (auto d : dims) n *= d;
-    std::vector<char> zeros(std::max<size_t>(n, 1), 0);
-    if (n > 0) REQUIRE(H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, zeros.data()) >= 0);
-  }
-  // Writes one element, given as `mem_type` at `value`, at coordinates `at`.
-  void poke(const std::string& name, std::vector<hsize_t> at, hid_t mem_type, const void* value) {
-    h5::Handle ds(H5Dopen2(f, name.c_str(), H5P_DEFAULT));
-    REQUIRE(ds.valid());
-    h5::Handle space(H5Dget_space(ds));
-    REQUIRE(H5Sselect_elements(space, H5S_SELECT_SET, 1, at.data()) >= 0);
-    hsize_t one = 1;
-    h5::Handle mem(H5Screate_simple(1, &one, nullptr));
-    REQUIRE(H5Dwrite(ds, mem_type, mem, space, H5P_DEFAULT, value) >= 0);
-  }
-};
+// Bad traces: the valid tiny Mamba-2 trace of trace_fixtures.h (with z, D per dim and a readout), then one
+// corruption each.
 
 // name -> how to spoil a copy of the good trace (fp32 inputs unless the name says bf16).
 const std::vector<std::pair<std::string, std::function<void(const std::string&)>>>& corruptions() {
@@ -239,9 +195,8 @@ const std::vector<std::pair<std::string, std::function<void(const std::string&)>
 }
 
 void make_traces(const std::string& dir) {
-  SynthSource src(tiny_trace());
-  write_trace(dir + "/good.h5", src, InputStorage::FP32, 8);
-  write_trace(dir + "/good_bf16.h5", src, InputStorage::BF16, 8);
+  test::write_tiny_trace(dir + "/good.h5", InputStorage::FP32);
+  test::write_tiny_trace(dir + "/good_bf16.h5", InputStorage::BF16);
   for (const auto& [name, spoil] : corruptions()) {
     const std::string from = dir + (name.rfind("bf16", 0) == 0 ? "/good_bf16.h5" : "/good.h5");
     fs::copy_file(from, dir + "/" + name);

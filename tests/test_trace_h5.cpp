@@ -14,43 +14,13 @@
 #include "test_util.h"
 #include "trace/synth.h"
 #include "trace/trace_h5.h"
+#include "trace_fixtures.h"
 
 using namespace rssm;
 using Catch::Matchers::Contains;
+using test::Edit;
 
 namespace {
-
-SynthConfig tiny_mamba2() {
-  SynthConfig c;
-  c.model.family = Family::Mamba2;
-  c.model.mamba2 = Mamba2Params{};
-  c.model.mamba2.H = 4;
-  c.model.mamba2.P = 8;
-  c.model.mamba2.N = 16;
-  c.model.mamba2.G = 2;
-  c.model.mamba2.has_z = true;
-  c.model.mamba2.d_per_dim = true;
-  c.model.mamba2.dt_min = 1e-4;
-  c.steps = 37;
-  c.seqs = 3;
-  c.seed = 11;
-  c.readout_vocab = 5;
-  return c;
-}
-
-SynthConfig tiny_gdn() {
-  SynthConfig c;
-  c.model.family = Family::GDN;
-  c.model.gdn.HK = 2;
-  c.model.gdn.HV = 4;
-  c.model.gdn.K = 8;
-  c.model.gdn.V = 8;
-  c.model.gdn.eps = 1e-5;
-  c.steps = 29;
-  c.seqs = 2;
-  c.seed = 12;
-  return c;
-}
 
 // Whole trace through read() in pieces of `piece` steps (a size that does not divide the step count exercises
 // reads straddling the file's chunks).
@@ -88,46 +58,10 @@ bool is_bf16_nearest_even(float v, float r) {
   return bits_of(r) == ((down >> 16) % 2 == 0 ? down : down + 0x10000u);
 }
 
-// Editing fixtures with the HDF5 C API (the corruptions a hand-made or damaged file would show).
-struct Edit {
-  h5::Handle f;
-  explicit Edit(const std::string& path) : f(H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT)) { REQUIRE(f.valid()); }
-  void drop(const std::string& name) { REQUIRE(H5Ldelete(f, name.c_str(), H5P_DEFAULT) >= 0); }
-  void drop_attr(const std::string& name) { REQUIRE(H5Adelete(f, name.c_str()) >= 0); }
-  // Replaces dataset `name` with one of the given type and shape, filled with zero bytes.
-  void replace(const std::string& name, hid_t type, const std::vector<hsize_t>& dims) {
-    if (H5Lexists(f, name.c_str(), H5P_DEFAULT) > 0) drop(name);
-    h5::Handle space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
-    h5::Handle ds(H5Dcreate2(f, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-    REQUIRE(ds.valid());
-    size_t n = H5Tget_size(type);
-    for (auto d : dims) n *= d;
-    std::vector<char> zeros(std::max<size_t>(n, 1), 0);
-    if (n > 0) REQUIRE(H5Dwrite(ds, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, zeros.data()) >= 0);
-  }
-  // Writes one float (fp32 datasets) at a flat element index.
-  void poke(const std::string& name, hsize_t index, float value) {
-    h5::Handle ds(H5Dopen2(f, name.c_str(), H5P_DEFAULT));
-    h5::Handle space(H5Dget_space(ds));
-    const int rank = H5Sget_simple_extent_ndims(space);
-    std::vector<hsize_t> dims(static_cast<size_t>(rank)), coord(static_cast<size_t>(rank));
-    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-    for (int d = rank - 1; d >= 0; --d) {
-      coord[d] = index % dims[d];
-      index /= dims[d];
-    }
-    REQUIRE(H5Sselect_elements(space, H5S_SELECT_SET, 1, coord.data()) >= 0);
-    hsize_t one = 1;
-    h5::Handle mem(H5Screate_simple(1, &one, nullptr));
-    REQUIRE(H5Dwrite(ds, H5T_NATIVE_FLOAT, mem, space, H5P_DEFAULT, &value) >= 0);
-  }
-};
-
 // Writes a valid tiny Mamba-2 trace and returns its path.
 std::string good_file(const test::TempDir& d, const std::string& name, InputStorage storage = InputStorage::FP32) {
-  SynthSource src(tiny_mamba2());
   const std::string path = d / name;
-  write_trace(path, src, storage, 8);
+  test::write_tiny_trace(path, storage);
   return path;
 }
 
@@ -151,7 +85,7 @@ std::string load_error(const std::string& path) {
 
 TEST_CASE("trace: fp32 round trip is exact, across chunk boundaries", "[trace]") {
   test::TempDir d;
-  for (const auto& cfg : {tiny_mamba2(), tiny_gdn()}) {
+  for (const auto& cfg : {test::tiny_mamba2_trace(), test::tiny_gdn_trace()}) {
     SynthSource src(cfg);
     const std::string path = d / ("rt_" + family_name(cfg.model.family) + ".h5");
     write_trace(path, src, InputStorage::FP32, 8);
@@ -196,7 +130,7 @@ TEST_CASE("trace: fp32 round trip is exact, across chunk boundaries", "[trace]")
 
 TEST_CASE("trace: bf16 round trip gives the nearest-even rounding of every fp32 value", "[trace]") {
   test::TempDir d;
-  for (const auto& cfg : {tiny_mamba2(), tiny_gdn()}) {
+  for (const auto& cfg : {test::tiny_mamba2_trace(), test::tiny_gdn_trace()}) {
     SynthSource src(cfg);
     const std::string path = d / "bf16.h5";
     write_trace(path, src, InputStorage::BF16, 6);
@@ -236,7 +170,7 @@ TEST_CASE("trace: writer leaves no temporary file and keeps the old file when th
   };
   test::TempDir d;
   const std::string path = d / "out.h5";
-  Failing bad(tiny_mamba2());
+  Failing bad(test::tiny_mamba2_trace());
   CHECK_THROWS_WITH(write_trace(path, bad, InputStorage::FP32, 8), Contains("disk on fire"));
   CHECK(!std::filesystem::exists(path));
   CHECK(test::count_files_containing(d.path(), ".tmp") == 0);
@@ -245,7 +179,7 @@ TEST_CASE("trace: writer leaves no temporary file and keeps the old file when th
   CHECK(test::read_text(path) == "previous content");
   CHECK(test::count_files_containing(d.path(), ".tmp") == 0);
   // Non-finite inputs are refused at write time, naming the input and position.
-  MemoryTrace mem(SynthSource(tiny_gdn()).model(), 4, 2);
+  MemoryTrace mem(SynthSource(test::tiny_gdn_trace()).model(), 4, 2);
   mem.inputs[2][(1 * 2 + 1) * 32 + 7] =
       std::numeric_limits<float>::infinity();  // v [HV=4, V=8]: step 1, seq 1, index 7
   CHECK_THROWS_WITH(write_trace(path, mem, InputStorage::FP32, 8),
