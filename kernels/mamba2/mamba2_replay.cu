@@ -183,9 +183,22 @@ __global__ void __launch_bounds__(kThreads) mamba2_replay_kernel(Mamba2ReplayLau
   const int g = h / hpg, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int tile_rows = (P + ptiles - 1) / ptiles;
   const ReplaySmem L{N, l.interval, tile_rows};
+  constexpr bool kDual = !std::is_void<RD>::value;
+  using Src = typename std::conditional<kDual, RD, CK>::type;  // what a non-flush step reads
+  const int p_begin = tile * tile_rows, p_end = min(P, p_begin + tile_rows);
+  const long long head_off = (static_cast<long long>(slot) * H + h) * P * N;
+  {
+    // Start the tile's state on its way into L2 now: the prologue below is a chain of dependent small loads (fill,
+    // ring, weights) that would otherwise leave this CTA's share of the bandwidth idle. A hint only (a dual flush
+    // step streams the update copy instead, 1 step in `interval`).
+    const char* tile_src = reinterpret_cast<const char*>(static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) + head_off +
+                                                         static_cast<long long>(p_begin) * N);
+    const int lines = static_cast<int>((static_cast<long long>(p_end - p_begin) * N * sizeof(Src) + 127) / 128);
+    for (int i = tid; i < lines; i += kThreads) asm volatile("prefetch.global.L2 [%0];" ::"l"(tile_src + 128LL * i));
+  }
 
   if (tid == 0) {  // ring cursor hand-off (see the top of this file)
-    int f = l.d_fill[slot];
+    int f = __ldcg(&l.d_fill[slot]);  // L2: the last writer ran on another SM
     f = min(max(f, 0), l.interval - 1);  // a corrupt cursor must not send ring writes out of bounds
     s_fill = f;
     __threadfence();
@@ -258,7 +271,6 @@ __global__ void __launch_bounds__(kThreads) mamba2_replay_kernel(Mamba2ReplayLau
   __syncthreads();
 
   // Ring sum per row of the tile, the flush's x·weight per row, and the append of this token's x rows.
-  const int p_begin = tile * tile_rows, p_end = min(P, p_begin + tile_rows);
   for (int p = p_begin + tid; p < p_end; p += kThreads) {
     const float xt = to_buffer_f32(x[p]);
     float acc = 0.0f;
@@ -287,9 +299,6 @@ __global__ void __launch_bounds__(kThreads) mamba2_replay_kernel(Mamba2ReplayLau
   t.ys = or_default(a.y_stride, static_cast<long long>(H) * P);
   t.decay = expf(lam_t);
   t.y_bf16 = a.y_format == Format::BF16;
-  const long long head_off = (static_cast<long long>(slot) * H + h) * P * N;
-  constexpr bool kDual = !std::is_void<RD>::value;
-  using Src = typename std::conditional<kDual, RD, CK>::type;  // what a non-flush step reads
   if (!flush) {
     constexpr int kVec = StateVec<Src>::kVec;
     t.lanes = N / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
