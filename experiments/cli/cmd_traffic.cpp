@@ -31,7 +31,7 @@ int cmd_traffic(const Args& args) {
   if (batch < 1) throw ConfigError(fmt::format("replayssm traffic: --batch must be at least 1 (got {})", batch));
   std::vector<TrafficParams> rows;
   for (const auto& s : expand_sweep(cfg, src->model().family))
-    if (s.skip_reason.empty()) rows.push_back(traffic_params(s, batch));
+    if (s.skip_reason.empty()) rows.push_back(traffic_params(s.scheme, batch));
   fmt::print("{} {}, batch {}\n{}", family_name(src->model().family), src->model().geometry_string(), batch,
              traffic_table(src->model(), rows));
   return 0;

@@ -9,17 +9,28 @@
 
 namespace rssm {
 
-EagerDecoder::EagerDecoder(Format state_format, Rounding rounding, uint64_t seed)
-    : fmt_(state_format), rnd_(rounding), seed_(seed) {
+EagerDecoder::EagerDecoder(Format state_format, Rounding rounding, uint64_t seed, Format out_format)
+    : fmt_(state_format), rnd_(rounding), out_fmt_(out_format), seed_(seed) {
+  if (out_fmt_ != Format::FP64 && out_fmt_ != Format::FP32 && out_fmt_ != Format::BF16 && out_fmt_ != Format::FP16)
+    throw ConfigError(fmt::format("config key 'scheme.out_format': outputs are fp64, fp32, bf16 or fp16 (got {})",
+                                  format_name(out_fmt_)));
   if (fmt_ != Format::FP64 && fmt_ != Format::FP32 && fmt_ != Format::BF16 && fmt_ != Format::FP16)
     throw ConfigError(fmt::format(
         "config key 'scheme.state_format': eager decoding supports fp64, fp32, bf16 or fp16 states (got {})",
         format_name(fmt_)));
 }
 
-std::string EagerDecoder::name() const {
-  return "eager-" + format_name(fmt_) + (rnd_ == Rounding::Stochastic ? "-sr" : "");
+Scheme EagerDecoder::scheme() const {
+  Scheme s;
+  s.backend = Backend::Cpu;
+  s.decoder = DecoderKind::Eager;
+  s.state_format = fmt_;
+  s.rounding = rnd_;
+  s.out_format = out_fmt_;
+  return s;
 }
+
+std::string EagerDecoder::name() const { return scheme().decoder_name(); }
 
 void EagerDecoder::reset(const Model& model, int seqs) {
   model_ = model;
@@ -52,6 +63,7 @@ void EagerDecoder::advance(const InputChunk& c, int s0, int n, double* y) {
       exact ? step_mamba2<double>(c, s, ys) : step_mamba2<float>(c, s, ys);
     else
       exact ? step_gdn<double>(c, s, ys) : step_gdn<float>(c, s, ys);
+    if (out_fmt_ != Format::FP64) round_nearest_inplace(out_fmt_, ys, out);
     ++step_;
   }
 }

@@ -6,6 +6,7 @@
 
 #include "numeric/format.h"
 #include "decoder/decoder.h"
+#include "decoder/scheme.h"
 
 namespace rssm {
 
@@ -13,7 +14,12 @@ class EagerDecoder : public Decoder {
  public:
   // state_format: fp64, fp32, bf16 or fp16 (an fp8/int8 state needs scales, which eager kernels do not keep).
   // Stochastic rounding draws bits keyed by (seed, step, element) as checkpoint copies do (copy id 2).
-  explicit EagerDecoder(Format state_format, Rounding rounding = Rounding::Nearest, uint64_t seed = 0);
+  // out_format: outputs are rounded to it (nearest-even) as a kernel storing y would; fp64 keeps them as computed.
+  explicit EagerDecoder(Format state_format, Rounding rounding = Rounding::Nearest, uint64_t seed = 0,
+                        Format out_format = Format::FP64);
+  // The decoder of an eager scheme (its state format, rounding and output format).
+  EagerDecoder(const Scheme& s, uint64_t seed) : EagerDecoder(s.state_format, s.rounding, seed, s.out_format) {}
+  Scheme scheme() const;
   std::string name() const override;
   void reset(const Model& model, int seqs) override;
   void advance(const InputChunk& chunk, int s0, int n, double* y) override;
@@ -29,6 +35,7 @@ class EagerDecoder : public Decoder {
 
   Format fmt_;
   Rounding rnd_;
+  Format out_fmt_;
   uint64_t seed_;
   Model model_;
   int seqs_ = 0;

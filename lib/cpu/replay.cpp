@@ -8,13 +8,6 @@
 
 namespace rssm {
 
-std::string gdn_route_name(GdnRoute r) { return r == GdnRoute::Inner ? "inner" : "reconstruct"; }
-
-GdnRoute parse_gdn_route(const std::string& s) {
-  if (s == "inner") return GdnRoute::Inner;
-  if (s == "reconstruct") return GdnRoute::Reconstruct;
-  throw ConfigError(fmt::format("unknown GDN route '{}' (accepted: inner, reconstruct)", s));
-}
 
 namespace {
 
@@ -65,14 +58,49 @@ ReplayDecoder::ReplayDecoder(const ReplayOptions& opt) : opt_(opt) {
   if (opt_.buffer_format == Format::INT8 || opt_.buffer_format == Format::E4M3 || opt_.buffer_format == Format::E5M2)
     throw ConfigError(fmt::format("config key 'scheme.buffer_format': {} needs scales, which buffers do not keep",
                                   format_name(opt_.buffer_format)));
+  if (opt_.out_format != Format::FP64 && opt_.out_format != Format::FP32 && opt_.out_format != Format::BF16 &&
+      opt_.out_format != Format::FP16)
+    throw ConfigError(fmt::format("config key 'scheme.out_format': outputs are fp64, fp32, bf16 or fp16 (got {})",
+                                  format_name(opt_.out_format)));
   exact_ = opt_.dot_arith == Arith::FP64 && opt_.flush_arith == Arith::FP64;
 }
 
-std::string ReplayDecoder::name() const {
-  if (opt_.dual)
-    return fmt::format("dual-{}+{}-K{}", format_name(opt_.update_format), format_name(opt_.read_format), opt_.interval);
-  return fmt::format("replay-{}-K{}", format_name(opt_.update_format), opt_.interval);
+ReplayOptions replay_options(const Scheme& s, uint64_t seed) {
+  if (!s.replays()) throw InternalError("replay_options: an eager scheme");
+  ReplayOptions o;
+  o.interval = s.interval;
+  o.buffer_len = s.buffer_len;
+  o.update_format = s.state_format;
+  o.dual = s.dual();
+  o.read_format = s.read_format;
+  o.buffer_format = s.buffer_format;
+  o.dot_arith = s.dot_arith;
+  o.flush_arith = s.flush_arith;
+  o.rounding = s.rounding;
+  o.seed = seed;
+  o.route = s.route;
+  o.out_format = s.out_format;
+  return o;
 }
+
+Scheme replay_scheme(const ReplayOptions& o) {
+  Scheme s;
+  s.backend = Backend::Cpu;
+  s.decoder = o.dual ? DecoderKind::Dual : DecoderKind::Replay;
+  s.interval = o.interval;
+  s.buffer_len = o.buffer_len;
+  s.state_format = o.update_format;
+  s.read_format = o.read_format;
+  s.buffer_format = o.buffer_format;
+  s.dot_arith = o.dot_arith;
+  s.flush_arith = o.flush_arith;
+  s.rounding = o.rounding;
+  s.route = o.route;
+  s.out_format = o.out_format;
+  return s;
+}
+
+std::string ReplayDecoder::name() const { return replay_scheme(opt_).decoder_name(); }
 
 void ReplayDecoder::reset(const Model& model, int seqs) {
   model_ = model;
@@ -120,6 +148,7 @@ void ReplayDecoder::advance(const InputChunk& c, int s0, int n, double* y) {
     } else {
       exact_ ? step_gdn<double>(c, s, ys) : step_gdn<float>(c, s, ys);
     }
+    if (opt_.out_format != Format::FP64) round_nearest_inplace(opt_.out_format, ys, out);
     ++step_;
     if (++count_ == opt_.interval) {
       if (model_.family == Family::Mamba2)

@@ -16,15 +16,13 @@
 #include "numeric/format.h"
 #include "cpu/checkpoint.h"
 #include "decoder/decoder.h"
+#include "decoder/scheme.h"
 
 namespace rssm {
 
-// Per-entry weights live on the stack of each (sequence, head) task.
+// Per-entry weights live on the stack of each (sequence, head) task: the CPU backend's largest interval. A CPU
+// property, not a config bound: the factory's CPU combination check (cpu_unavailable_reason) skips larger ones.
 constexpr int kMaxInterval = 1024;
-
-enum class GdnRoute { Inner, Reconstruct };
-std::string gdn_route_name(GdnRoute r);          // "inner", "reconstruct"
-GdnRoute parse_gdn_route(const std::string& s);  // throws ConfigError
 
 struct ReplayOptions {
   int interval = 8;        // flush every `interval` steps (K in METHOD.md)
@@ -38,7 +36,14 @@ struct ReplayOptions {
   Rounding rounding = Rounding::Nearest;  // checkpoint stores
   uint64_t seed = 0;                      // stochastic rounding
   GdnRoute route = GdnRoute::Inner;
+  // Outputs are rounded to it (nearest-even) as a kernel storing y would; fp64 (the default of a decoder built
+  // directly, in tests) keeps them as computed. Runs take it from scheme.out_format (default fp32).
+  Format out_format = Format::FP64;
 };
+
+// The options of a replay / dual scheme (the scheme's decoder must not be eager), and back.
+ReplayOptions replay_options(const Scheme& s, uint64_t seed);
+Scheme replay_scheme(const ReplayOptions& o);
 
 class ReplayDecoder : public Decoder {
  public:

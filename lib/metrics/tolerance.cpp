@@ -30,10 +30,10 @@ int coarseness(Format f) {
 Format narrower(Format a, Format b) { return coarseness(a) >= coarseness(b) ? a : b; }
 }  // namespace
 
-Format judged_format(Family family, const std::string& decoder, Format state, Format read, Format buffer) {
-  Format f = decoder == "dual" ? read : state;
-  if (decoder != "eager" && family == Family::GDN) f = narrower(f, buffer);
-  return f;
+Format judged_format(Family family, const Scheme& s) {
+  Format f = s.dual() ? s.read_format : s.state_format;
+  if (s.replays() && family == Family::GDN) f = narrower(f, s.buffer_format);
+  return narrower(f, s.out_format);
 }
 
 }  // namespace rssm

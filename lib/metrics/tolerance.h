@@ -17,6 +17,7 @@
 // Mamba-2 the buffered x and B are inputs already rounded to the activation format).
 #pragma once
 
+#include "decoder/scheme.h"
 #include "model/family.h"
 #include "numeric/format.h"
 
@@ -29,7 +30,8 @@ struct Tolerance {
 
 Tolerance output_tolerance(Format judged);
 
-// The format a scheme is judged by (see above). decoder: "eager", "replay" or "dual".
-Format judged_format(Family family, const std::string& decoder, Format state, Format read, Format buffer);
+// The format a scheme is judged by (see above), and never wider than its output format: an fp64 scheme whose
+// outputs are stored in fp32 is held to fp32's bound.
+Format judged_format(Family family, const Scheme& scheme);
 
 }  // namespace rssm

@@ -217,4 +217,20 @@ std::string traffic_table(const Model& m, const std::vector<TrafficParams>& rows
   return os.str();
 }
 
+TrafficParams traffic_params(const Scheme& s, int batch) {
+  TrafficParams t;
+  t.scheme = decoder_kind_name(s.decoder);
+  t.state_bytes = format_bytes(s.state_format);
+  t.act_bytes = format_bytes(s.act_format);
+  t.batch = batch;
+  if (s.replays()) {
+    t.buffer_bytes = format_bytes(s.buffer_format);
+    t.interval = s.interval;
+    t.buffer_len = s.buffer_len;
+  }
+  if (s.dual()) t.read_bytes = format_bytes(s.read_format);
+  t.label = format_name(s.state_format) + (s.dual() ? "/" + format_name(s.read_format) : "");
+  return t;
+}
+
 }  // namespace rssm

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "decoder/scheme.h"
 #include "model/model.h"
 
 namespace rssm {
@@ -44,6 +45,9 @@ struct Traffic {
   double tokens_per_step = 1;
   int steps_per_flush = 1;
 };
+
+// The parameters of a sweep point's scheme over `batch` sequences (eager, replay or dual).
+TrafficParams traffic_params(const Scheme& scheme, int batch);
 
 // Throws ConfigError naming the field when a parameter is out of range or the scheme is unknown.
 Traffic traffic(const Model& m, const TrafficParams& p);

@@ -87,7 +87,8 @@ const std::vector<KeyDef>& config_keys() {
        true},
       {"scheme.buffer_format", "bf16", "replay/dual: format of buffered x, B / u, k (fp64, fp32, bf16, fp16)",
        true},
-      {"scheme.interval", "8", "replay/dual: checkpoint interval K, flush every K steps (1..1024)", true},
+      {"scheme.interval", "8",
+       "replay/dual: checkpoint interval K, flush every K steps (1..65536; the CPU decoders run up to 1024)", true},
       {"scheme.buffer_len", "0",
        "replay/dual: ring capacity in entries, >= interval (0 = interval); larger models a ring shared with "
        "speculative windows (memory and traffic only)",
@@ -102,6 +103,14 @@ const std::vector<KeyDef>& config_keys() {
       {"scheme.act_format", "bf16",
        "activation format: inputs are rounded to it before any decoder, the fp64 reference included "
        "(fp32, bf16, fp16)",
+       true},
+      {"scheme.out_format", "fp32",
+       "format every decoder's outputs y are rounded to (nearest-even) before they are compared: fp64, fp32, bf16, "
+       "fp16 (kernels store y in bf16 in serving)",
+       true},
+      {"scheme.backend", "cpu",
+       "where the decoder runs: cpu (the emulation) or cuda (a kernel; skipped with the reason when this build or "
+       "machine has none); points differing only in backend share a batch and store their difference",
        true},
   };
   return keys;

@@ -29,6 +29,7 @@
 #include "numeric/format.h"
 #include "cpu/reference.h"
 #include "replayssm_version.h"
+#include "run/factory.h"
 #include "run/progress.h"
 #include "trace/trace_h5.h"
 
@@ -236,7 +237,8 @@ RunRecord make_record(const Plan& pl, Active& a, double eager_fp32_bytes) {
   const RunSpec& s = *a.spec;
   RunRecord r;
   r.id = s.id;
-  r.attrs = {{"id", s.id}, {"decoder_name", a.dec->name()}};
+  r.attrs = {{"id", s.id}, {"decoder_name", a.dec->name()}, {"decoder_label", s.scheme.label()},
+             {"scheme", s.scheme.name()}};
   for (const auto& [k, v] : s.params) r.attrs.emplace_back(k, v);
   r.attrs.emplace_back("seconds", a.seconds);
 
@@ -256,9 +258,8 @@ RunRecord make_record(const Plan& pl, Active& a, double eager_fp32_bytes) {
   if (!a.obs_step.empty()) r.groups.push_back({"flush_step", a.obs_step, a.state_series});
 
   // Error against position since the last flush (replay/dual) and the log-log growth of output error.
-  const bool replay = s.get("decoder") != "eager";
-  if (replay) {
-    const int interval = std::stoi(s.get("interval"));
+  if (s.scheme.replays()) {
+    const int interval = s.scheme.interval;
     const PositionProfile prof = error_by_position(a.err.rel_mean, interval);
     std::vector<long long> pos(static_cast<size_t>(interval));
     for (int i = 0; i < interval; ++i) pos[i] = i;
@@ -272,6 +273,7 @@ RunRecord make_record(const Plan& pl, Active& a, double eager_fp32_bytes) {
   AttrMap& sm = r.summary;
   sm.emplace_back("run", s.id);
   sm.emplace_back("decoder_name", a.dec->name());
+  sm.emplace_back("decoder_label", s.scheme.label());
   for (const auto& [k, v] : s.params) sm.emplace_back(k, v);
   sm.emplace_back("status", std::string("ok"));
   sm.emplace_back("skip_reason", std::string(""));
@@ -283,8 +285,7 @@ RunRecord make_record(const Plan& pl, Active& a, double eager_fp32_bytes) {
   sm.emplace_back("out_rel_rms_mean", mean_of(a.err.rel_rms));
   sm.emplace_back("out_err_growth_slope", out_slope);
   // Share of the tolerance budget used (metrics/tolerance.h): > 1 means the scheme is outside its format's bound.
-  const Format judged = judged_format(pl.model.family, s.get("decoder"), parse_format(s.get("state_format")),
-                                      parse_format(s.get("read_format")), parse_format(s.get("buffer_format")));
+  const Format judged = judged_format(pl.model.family, s.scheme);
   const Tolerance tol = output_tolerance(judged);
   sm.emplace_back("judged_format", format_name(judged));
   sm.emplace_back("budget_used", mean_of(a.err.rel_mean) / tol.rel_mean);
@@ -304,7 +305,7 @@ RunRecord make_record(const Plan& pl, Active& a, double eager_fp32_bytes) {
     sm.emplace_back(name + "_growth", slope);
     r.attrs.emplace_back(name + "_growth", slope);
   }
-  const Traffic tr = traffic(pl.model, traffic_params(s, pl.seqs));
+  const Traffic tr = traffic(pl.model, traffic_params(s.scheme, pl.seqs));
   sm.emplace_back("bytes_per_step", tr.batch_amortised);
   sm.emplace_back("bytes_vs_eager_fp32", tr.batch_amortised / eager_fp32_bytes);
   r.attrs.emplace_back("bytes_per_step", tr.batch_amortised);
@@ -327,7 +328,7 @@ RunRecord make_record(const Plan& pl, Active& a, double eager_fp32_bytes) {
 RunRecord placeholder_record(const RunSpec& s) {
   RunRecord r;
   r.id = s.id;
-  r.summary = {{"run", s.id}, {"decoder_name", std::string("")}};
+  r.summary = {{"run", s.id}, {"decoder_name", std::string("")}, {"decoder_label", std::string("")}};
   for (const auto& [k, v] : s.params) r.summary.emplace_back(k, v);
   r.summary.emplace_back("status", std::string(s.skip_reason.empty() ? "pending" : "skipped"));
   r.summary.emplace_back("skip_reason", s.skip_reason);
@@ -347,9 +348,9 @@ bool run_batch(const Plan& pl, const Batch& b, TraceSource& src, std::mutex& h5_
   for (const RunSpec* s : b.runs) {
     Active a;
     a.spec = s;
-    a.dec = make_decoder(*s, pl.seed);
+    a.dec = make_decoder(s->scheme, pl.seed);
     a.dec->reset(model, seqs);
-    a.observe_every = s->get("decoder") == "eager" ? pl.state_every : std::stoi(s->get("interval"));
+    a.observe_every = s->scheme.replays() ? s->scheme.interval : pl.state_every;
     runs.push_back(std::move(a));
   }
   std::unique_ptr<Readout> readout;
@@ -494,7 +495,7 @@ void print_table(std::ostream& out, const std::vector<RunRecord>& recs, bool kl)
   head += fmt::format(" {:>9} {:>9}", "bytes/eag", "us/step");
   fmt::print(out, "{}\n", head);
   for (const auto& r : recs) {
-    std::string line = fmt::format("{:<9} {:<22}", r.id, cell_text(r.summary, "decoder_name", "{}"));
+    std::string line = fmt::format("{:<9} {:<22}", r.id, cell_text(r.summary, "decoder_label", "{}"));
     for (const auto& k : varying) line += fmt::format(" {:>12}", cell_text(r.summary, k, "{}"));
     if (!r.completed()) {
       const std::string why = cell_text(r.summary, "skip_reason", "{}");
@@ -670,7 +671,7 @@ std::string run_experiment(const Config& cfg, std::ostream& out, const RunnerOpt
     std::vector<std::string> order;
     for (const RunSpec* s : mine)
       if (s->skip_reason.empty() && !done_ids.count(s->id)) {
-        const std::string& a = s->get("act_format");
+        const std::string a = format_name(s->scheme.act_format);
         if (!by_act.count(a)) order.push_back(a);
         by_act[a].push_back(s);
       }

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "metrics/traffic.h"
+#include "decoder/scheme.h"
+#include "model/family.h"
 #include "run/config.h"
-#include "decoder/decoder.h"
 
 namespace rssm {
 
@@ -19,20 +19,15 @@ constexpr long long kMaxSweepPoints = 100000;
 struct RunSpec {
   int index = 0;                                           // position in the full expansion
   std::string id;                                          // "run_0007"
-  std::vector<std::pair<std::string, std::string>> params;  // sweep key (without "scheme.") -> value
+  std::vector<std::pair<std::string, std::string>> params;  // sweep key (without "scheme.") -> value, as written
+  Scheme scheme;                                           // params parsed once (decoder/scheme.h)
   std::string skip_reason;                                 // non-empty: an invalid combination, not run
-  const std::string& get(const std::string& key) const;
+  const std::string& get(const std::string& key) const;    // a param's text (InternalError when absent)
 };
 
 // Every value of every sweep key is checked (a bad value is a ConfigError naming the key); combinations that are
-// valid value by value but not together, or that repeat another run (a key that does not apply to the decoder or
-// the family), get a skip_reason.
+// valid value by value but not together, that repeat another run (a key that does not apply to the decoder or
+// the family), or that the scheme's backend cannot run here (run/factory.h) get a skip_reason.
 std::vector<RunSpec> expand_sweep(const Config& cfg, Family family);
-
-// The decoder a run specifies; `seed` keys stochastic rounding. Throws ConfigError for a bad value.
-std::unique_ptr<Decoder> make_decoder(const RunSpec& spec, uint64_t seed);
-
-// The traffic model's parameters for a run over `batch` sequences (metrics/traffic.h).
-TrafficParams traffic_params(const RunSpec& spec, int batch);
 
 }  // namespace rssm

@@ -13,6 +13,7 @@
 #include "fuzz_util.h"
 #include "run/config.h"
 #include "run/runner.h"
+#include "run/factory.h"
 #include "run/sweep.h"
 
 using namespace rssm;
@@ -51,8 +52,8 @@ void validate(const Config& cfg) {
       int made = 0;
       for (const RunSpec& s : specs) {
         if (!s.skip_reason.empty()) continue;
-        (void)traffic_params(s, 1);
-        (void)make_decoder(s, 1);
+        (void)traffic_params(s.scheme, 1);
+        (void)make_decoder(s.scheme, 1);
         if (++made == 4) break;
       }
     });
