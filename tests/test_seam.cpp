@@ -1,0 +1,279 @@
+// The decoder seam: the typed scheme (decoder/scheme.h), the factory and the backends' combination checks
+// (run/factory.h, kernels/cuda_backend.h), the lockstep engine driven directly with a forced pair of twins
+// (run/lockstep.h), the backend difference metric and the output format.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstring>
+
+#include "cpu/eager.h"
+#include "cpu/replay.h"
+#include "cuda_backend.h"
+#include "decoder/scheme.h"
+#include "errors.h"
+#include "io/h5.h"
+#include "metrics/output_error.h"
+#include "numeric/bits.h"
+#include "run/factory.h"
+#include "run/lockstep.h"
+#include "test_util.h"
+#include "trace/synth.h"
+
+using namespace rssm;
+using Catch::Matchers::Contains;
+
+namespace {
+
+SynthConfig tiny(Family f, long long steps, int seqs) {
+  SynthConfig sc;
+  sc.model.family = f;
+  if (f == Family::Mamba2) {
+    sc.model.mamba2.H = 4, sc.model.mamba2.P = 8, sc.model.mamba2.N = 16, sc.model.mamba2.G = 2;
+  } else {
+    sc.model.gdn.HK = 2, sc.model.gdn.HV = 4, sc.model.gdn.K = 16, sc.model.gdn.V = 8;
+  }
+  sc.steps = steps;
+  sc.seqs = seqs;
+  sc.seed = 11;
+  return sc;
+}
+
+}  // namespace
+
+TEST_CASE("scheme: parsed once from a point's parameters, with a unique name", "[seam]") {
+  const Scheme s = parse_scheme({{"decoder", "dual"},
+                                 {"state_format", "fp32"},
+                                 {"read_format", "e4m3"},
+                                 {"interval", "16"},
+                                 {"buffer_len", "24"},
+                                 {"dot_arith", "tf32"},
+                                 {"rounding", "stochastic"},
+                                 {"out_format", "bf16"},
+                                 {"backend", "cuda"}});
+  CHECK(s.decoder == DecoderKind::Dual);
+  CHECK(s.read_format == Format::E4M3);
+  CHECK(s.interval == 16);
+  CHECK(s.buffer_len == 24);
+  CHECK(s.dot_arith == Arith::TF32);
+  CHECK(s.flush_arith == Arith::FP32);  // not listed: the default
+  CHECK(s.rounding == Rounding::Stochastic);
+  CHECK(s.out_format == Format::BF16);
+  CHECK(s.backend == Backend::Cuda);
+  CHECK(s.name() == "cuda:dual-fp32+e4m3-K16-buf_bf16-dot_tf32-flush_fp32-route_inner-sr-out_bf16-act_bf16");
+  CHECK(s.label() == "cuda:dual-fp32+e4m3-K16-sr");
+  CHECK(s.with_backend(Backend::Cpu).name().rfind("cpu:dual-", 0) == 0);
+  // Every parameter that changes outputs changes the name.
+  for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{{"decoder", "replay"},
+                                                                            {"state_format", "bf16"},
+                                                                            {"read_format", "int8"},
+                                                                            {"buffer_format", "fp32"},
+                                                                            {"act_format", "fp16"},
+                                                                            {"out_format", "fp16"},
+                                                                            {"dot_arith", "bf16"},
+                                                                            {"flush_arith", "3xtf32"},
+                                                                            {"rounding", "nearest"},
+                                                                            {"interval", "8"},
+                                                                            {"route", "reconstruct"},
+                                                                            {"backend", "cpu"}}) {
+    Scheme t = s;
+    check_scheme_value(k, v);
+    t = parse_scheme({{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "e4m3"}, {"interval", "16"},
+                      {"buffer_len", "24"}, {"dot_arith", "tf32"}, {"rounding", "stochastic"}, {"out_format", "bf16"},
+                      {"backend", "cuda"}, {k, v}});
+    INFO(k << "=" << v);
+    CHECK(t.name() != s.name());
+  }
+  CHECK_THROWS_WITH(parse_scheme({{"backend", "tpu"}}), Contains("scheme.backend") && Contains("tpu"));
+  CHECK_THROWS_WITH(parse_scheme({{"out_format", "e4m3"}}), Contains("scheme.out_format"));
+  CHECK_THROWS_WITH(parse_scheme({{"interval", "8x"}}), Contains("scheme.interval") && Contains("8x"));
+  CHECK_THROWS_WITH(parse_scheme({{"act_format", "fp64"}}), Contains("scheme.act_format"));
+}
+
+TEST_CASE("factory: backend limits are skip reasons, cuda never runs on the CPU", "[seam]") {
+  Scheme s;
+  s.decoder = DecoderKind::Replay;
+  s.interval = kMaxInterval + 1;
+  CHECK_THAT(backend_unavailable_reason(s), Contains("interval") && Contains(std::to_string(kMaxInterval)));
+  CHECK_THROWS_AS(make_decoder(s, 1), InternalError);
+  s.interval = kMaxInterval;
+  CHECK(backend_unavailable_reason(s).empty());
+  CHECK(make_decoder(s, 1)->name() == s.decoder_name());
+
+  Scheme c;
+  c.backend = Backend::Cuda;
+  const std::string why = cuda_unavailable_reason(c);
+  CHECK(backend_unavailable_reason(c) == why);
+  if (!why.empty()) {
+    // Either no CUDA in this build, no device, or no kernel for the scheme: each says so.
+    CHECK_THAT(why, Contains("CUDA"));
+    CHECK_THROWS_AS(make_decoder(c, 1), InternalError);
+  }
+}
+
+TEST_CASE("cli: cuda points are skipped with the backend's reason, the cpu points run", "[seam][cli]") {
+  Scheme probe;
+  probe.backend = Backend::Cuda;
+  const std::string why = cuda_unavailable_reason(probe);
+  if (why.empty()) {
+    WARN("a CUDA kernel runs here: the skip path is not exercised");
+    return;
+  }
+  test::TempDir d;
+  const std::string out = d / "q.h5";
+  const auto r = test::run_cli(std::string("run ") + REPLAYSSM_SOURCE_DIR + "/configs/quickstart.ini -o " + out +
+                                   " --set scheme.backend=cpu,cuda --set run.steps=16 --quiet",
+                               d);
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  // The reason names the scheme when it is "no kernel": match its stable start.
+  const std::string stem = why.substr(0, why.find(" for "));
+  CHECK_THAT(r.err, Contains("backend=cuda): " + stem));
+  CHECK_THAT(r.out, Contains("skipped: " + stem));
+  CHECK_THAT(r.out, Contains("eager-fp32") && Contains("dual-fp32+bf16-K8"));
+  h5::Handle f = h5::open_file(out, "result");
+  const auto backend = h5::read_strings(f, "summary/backend", out);
+  const auto status = h5::read_strings(f, "summary/status", out);
+  REQUIRE(backend.size() == status.size());
+  int ran = 0;
+  for (size_t i = 0; i < backend.size(); ++i) {
+    if (backend[i] == "cuda") CHECK(status[i] == "skipped");
+    if (status[i] == "ok") {
+      CHECK(backend[i] == "cpu");
+      ++ran;
+    }
+  }
+  CHECK(ran == 5);
+}
+
+TEST_CASE("lockstep: twins are compared step by step next to their error against fp64", "[seam][lockstep]") {
+  for (Family fam : {Family::Mamba2, Family::GDN}) {
+    SynthSource src(tiny(fam, 40, 2));
+    LockstepSettings st;
+    st.steps = 40;
+    st.seqs = 2;
+    st.chunk = 16;
+    st.act = Format::BF16;
+    st.kl = true;
+    st.vocab = 64;
+    // Two cpu decoders forced into a pair: the same scheme twice (bitwise equal), and an fp32 replay decoder at
+    // interval 1 against fp32 eager (equal up to rounding, not bitwise).
+    std::vector<LockstepRun> runs(4);
+    runs[0].dec = std::make_unique<EagerDecoder>(Format::FP32, Rounding::Nearest, 1, Format::FP32);
+    runs[1].dec = std::make_unique<EagerDecoder>(Format::FP32, Rounding::Nearest, 1, Format::FP32);
+    runs[1].twin = 0;
+    ReplayOptions o;
+    o.interval = 1;
+    o.buffer_format = Format::FP32;
+    o.out_format = Format::FP32;
+    runs[2].dec = std::make_unique<ReplayDecoder>(o);
+    runs[2].twin = 0;
+    runs[2].observe_every = 1;
+    runs[3].dec = std::make_unique<EagerDecoder>(Format::BF16, Rounding::Nearest, 1, Format::BF16);
+    runs[3].twin = 0;
+    runs[3].out_format = Format::FP32;  // ulps counted in fp32 (the coarser twin is on the bf16 grid, fp32's too)
+    for (auto& r : runs) r.dec->reset(src.model(), st.seqs);
+    long long work = 0;
+    std::vector<double> ref_out;
+    REQUIRE(run_lockstep(st, src, runs, nullptr, &ref_out, [&](long long w) { work += w; }));
+    CHECK(work == 40 * 4);
+    CHECK(ref_out.size() == static_cast<size_t>(40) * 2 * src.model().out_elems());
+    for (const auto& r : runs) {
+      CHECK(r.err.size() == 40);
+      CHECK(r.kl_mean.size() == 40);
+    }
+    CHECK(runs[0].twin_rel_max.empty());
+    REQUIRE(runs[1].twin_rel_max.size() == 40);
+    for (int s = 0; s < 40; ++s) {
+      CHECK(runs[1].twin_bitwise[s] == 1.0);
+      CHECK(runs[1].twin_ulps_max[s] == 0.0);
+      CHECK(runs[1].twin_rel_max[s] == 0.0);
+    }
+    // The twin difference is the difference of the two runs' outputs: it stays within their errors' sum.
+    double worst_rel = 0, worst_ulps = 0, bitwise_steps = 0;
+    for (int s = 0; s < 40; ++s) {
+      worst_rel = test::max_keep_nan(worst_rel, runs[2].twin_rel_max[s]);
+      worst_ulps = test::max_keep_nan(worst_ulps, runs[2].twin_ulps_max[s]);
+      bitwise_steps += runs[2].twin_bitwise[s];
+      CHECK(runs[2].twin_rel_max[s] <= (runs[2].err.rel_max[s] + runs[0].err.rel_max[s]) * 1.01 + 1e-15);
+    }
+    INFO(family_name(fam) << ": replay K1 vs eager fp32: rel " << worst_rel << ", ulps " << worst_ulps);
+    CHECK(worst_rel < 2e-5);
+    CHECK(worst_ulps >= 1);
+    CHECK(bitwise_steps < 40);
+    double bf_rel = 0;
+    for (int s = 0; s < 40; ++s) bf_rel = test::max_keep_nan(bf_rel, runs[3].twin_rel_max[s]);
+    CHECK(bf_rel > 1e-4);  // a bf16 state is visibly not the fp32 one
+    CHECK(bf_rel < 1e-1);
+    // State observed at every flush of the interval-1 replay run.
+    CHECK(runs[2].obs_step.size() == 40);
+  }
+}
+
+TEST_CASE("lockstep: a bad twin index is an internal error", "[seam][lockstep]") {
+  SynthSource src(tiny(Family::Mamba2, 4, 1));
+  LockstepSettings st;
+  st.steps = 4;
+  st.seqs = 1;
+  std::vector<LockstepRun> runs(1);
+  runs[0].dec = std::make_unique<EagerDecoder>(Format::FP32);
+  runs[0].dec->reset(src.model(), 1);
+  runs[0].twin = 0;
+  CHECK_THROWS_AS(run_lockstep(st, src, runs), InternalError);
+}
+
+TEST_CASE("ulp distance in an output format", "[seam]") {
+  CHECK(ulp_distance(Format::FP32, 1.0, 1.0) == 0);
+  CHECK(ulp_distance(Format::FP32, 1.0, std::nextafter(1.0f, 2.0f)) == 1);
+  CHECK(ulp_distance(Format::FP32, -0.0, 0.0) == 0);
+  CHECK(ulp_distance(Format::FP32, -std::nextafter(0.0f, 1.0f), std::nextafter(0.0f, 1.0f)) == 2);
+  CHECK(ulp_distance(Format::BF16, 1.0, 1.0078125) == 1);  // 1 + 2^-7
+  CHECK(ulp_distance(Format::BF16, -1.0, -1.0078125) == 1);
+  CHECK(ulp_distance(Format::FP16, 1.0, 1.0 + std::ldexp(1.0, -10) * 3) == 3);
+  CHECK(ulp_distance(Format::FP64, 1.0, std::nextafter(1.0, 2.0)) == 1);
+  CHECK(std::isnan(ulp_distance(Format::BF16, 1.0, 1.0 + std::ldexp(1.0, -12))));  // not on the grid
+  CHECK(std::isnan(ulp_distance(Format::FP32, 1.0, std::nan(""))));
+  const double a[2] = {1.0, 2.0}, b[2] = {1.0, std::nan("")};
+  const BackendDiff d = backend_diff(a, b, 1, 2, Format::FP32);
+  CHECK(!d.bitwise);
+  CHECK(std::isnan(d.ulps_max));
+}
+
+TEST_CASE("out_format: every CPU decoder rounds its outputs to it", "[seam]") {
+  for (Family fam : {Family::Mamba2, Family::GDN})
+    for (Format of : {Format::BF16, Format::FP16}) {
+      SynthSource src(tiny(fam, 12, 2));
+      InputChunk c;
+      src.read(0, 12, c);
+      for (auto& d : c.data) round_nearest_inplace(Format::BF16, d.data(), d.size());
+      Scheme e;
+      e.out_format = of;
+      Scheme r = e;
+      r.decoder = DecoderKind::Replay;
+      r.interval = 4;
+      Scheme dl = r;
+      dl.decoder = DecoderKind::Dual;
+      for (const Scheme& s : {e, r, dl}) {
+        auto dec = make_decoder(s, 1);
+        auto wide = make_decoder([&] {
+          Scheme w = s;
+          w.out_format = Format::FP64;
+          return w;
+        }(), 1);
+        dec->reset(src.model(), 2);
+        wide->reset(src.model(), 2);
+        const size_t n = static_cast<size_t>(12) * 2 * src.model().out_elems();
+        std::vector<double> y(n), yw(n);
+        dec->advance(c, 0, 12, y.data());
+        wide->advance(c, 0, 12, yw.data());
+        INFO(s.name());
+        CHECK_THAT(dec->name(), Contains("out_" + format_name(of)));
+        size_t off_grid = 0, mismatched = 0;
+        for (size_t i = 0; i < n; ++i) {
+          off_grid += round_nearest_double(of, y[i]) != y[i];
+          mismatched += round_nearest_double(of, yw[i]) != y[i];  // nearest-even of what the decoder computed
+        }
+        CHECK(off_grid == 0);
+        CHECK(mismatched == 0);
+      }
+    }
+}
