@@ -92,7 +92,7 @@ TEST_CASE("replay in fp64 equals eager fp64 to 1e-12 for every interval and buff
           const auto st = rd.state();
           const long long flushed = (100 / interval) * interval;
           REQUIRE(st[0].step == flushed);
-          CHECK(max_rel(*st[0].value, reference_state(src, flushed)) < output_tolerance(Format::FP64).rel_max);
+          CHECK(max_rel(st[0].to_vector(), reference_state(src, flushed)) < output_tolerance(Format::FP64).rel_max);
         }
     }
   }
@@ -105,7 +105,7 @@ TEST_CASE("replay checkpoint equals the reference state at the flush step", "[re
     run(rd, src, 48);
     ReferenceDecoder ref;
     run(ref, src, 48);
-    const auto a = *rd.state()[0].value;
+    const auto a = rd.state()[0].to_vector();
     const auto b = ref.raw_state();
     CHECK(max_rel(a, b) < output_tolerance(Format::FP64).rel_max);
   }
@@ -170,7 +170,7 @@ TEST_CASE("a corrupted buffer entry makes the outputs diverge and leave the tole
       INFO(family_name(fam) << " update " << format_name(o.update_format) << ": worst step error good " << e_good
                             << ", corrupted " << e_bad << ", bound " << tol);
       CHECK(max_rel(b, a) > 1e-6);  // the next outputs and, after the flush at step 16, the checkpoint carry it
-      CHECK(max_rel(*bad.state()[0].value, *good.state()[0].value) > 1e-9);
+      CHECK(max_rel(bad.state()[0].to_vector(), good.state()[0].to_vector()) > 1e-9);
       // Judged as a run is: the intact decoder within its scheme's bound, the corrupted one far outside it.
       CHECK(e_good < tol);
       CHECK(e_bad > 10 * tol);
@@ -266,7 +266,7 @@ TEST_CASE("a decoder emitting one NaN per step fails every comparison (the old m
     CHECK_FALSE(max_rel(y16, ye) > 1e-6);
 
     // A state comparison with one NaN in the checkpoint.
-    std::vector<double> st = *exact.state()[0].value;
+    std::vector<double> st = exact.state()[0].to_vector();
     const auto st_ref = reference_state(src, exact.state()[0].step);
     REQUIRE(max_rel(st, st_ref) < tol64);
     st[st.size() / 3] = test::kNaN;

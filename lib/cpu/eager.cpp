@@ -153,6 +153,6 @@ void EagerDecoder::step_gdn(const InputChunk& c, int s, double* y) {
     }
 }
 
-std::vector<StateCopy> EagerDecoder::state() const { return {{"state", step_, &state_}}; }
+std::vector<StateCopy> EagerDecoder::state() const { return {{"state", step_, state_.data(), state_.size()}}; }
 
 }  // namespace rssm

@@ -169,8 +169,8 @@ void ReplayDecoder::after_flush() {
 }
 
 std::vector<StateCopy> ReplayDecoder::state() const {
-  std::vector<StateCopy> v = {{"checkpoint", flushed_step_, &update_.all()}};
-  if (opt_.dual) v.push_back({"read", flushed_step_, &read_.all()});
+  std::vector<StateCopy> v = {{"checkpoint", flushed_step_, update_.all().data(), update_.all().size()}};
+  if (opt_.dual) v.push_back({"read", flushed_step_, read_.all().data(), read_.all().size()});
   return v;
 }
 

@@ -11,12 +11,17 @@
 
 namespace rssm {
 
-// A view of one copy of a decoder's state (replay decoders may keep several: update and read copies). It points
-// into the decoder and is valid until its next advance() or reset(): observing the state every flush copies nothing.
+// A view of one copy of a decoder's state (replay decoders may keep several: update and read copies), as plain
+// host memory: dequantised values in double, [seqs, state_elems] as Model::state_elems() lays it out. It is valid
+// until the decoder's next advance(), reset() or state() call. A CPU decoder points into its own storage (observing
+// the state every flush copies nothing); a GPU decoder fills a host buffer it owns when state() is called
+// (copying and dequantising its device copy) and points there.
 struct StateCopy {
-  std::string name;                     // "state", "checkpoint", "read", ...
-  long long step = 0;                   // number of trace steps folded into it
-  const std::vector<double>* value = nullptr;  // [seqs, state_elems] as Model::state_elems() lays it out
+  std::string name;             // "state", "checkpoint", "read", ...
+  long long step = 0;           // number of trace steps folded into it
+  const double* data = nullptr;  // [seqs, state_elems]
+  size_t size = 0;               // seqs * state_elems
+  std::vector<double> to_vector() const { return {data, data + size}; }  // an owned copy (tests)
 };
 
 class Decoder {

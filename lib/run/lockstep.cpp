@@ -109,7 +109,10 @@ bool run_lockstep(const LockstepSettings& st, TraceSource& src, std::vector<Lock
           for (const auto& copy : a.dec->state()) {
             if (copy.step != tokens) throw InternalError(fmt::format("{}: {} copy at step {}, expected {}", a.dec->name(),
                                                                      copy.name, copy.step, tokens));
-            const StateErrorStats se = state_error(model, bands, copy.value->data(), ref.raw_state().data(), seqs);
+            if (copy.size != ref.raw_state().size())
+              throw InternalError(fmt::format("{}: {} copy holds {} values, expected {}", a.dec->name(), copy.name,
+                                              copy.size, ref.raw_state().size()));
+            const StateErrorStats se = state_error(model, bands, copy.data, ref.raw_state().data(), seqs);
             const std::string base = "state_rel_err_" + copy.name;
             push_series(a.state_series, base, se.rel_mean);
             for (size_t bi = 0; bi < bands.names.size(); ++bi)
