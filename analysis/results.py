@@ -70,7 +70,9 @@ def _main(argv: list[str]) -> int:
         print("usage: python3 -m analysis.results RESULT_FILE", file=sys.stderr)
         return 2
     s = open_summary(argv[1])
-    cols = [c for c in ("decoder_name", "status", "out_rel_err_mean", "kl_mean", "bytes_vs_eager_fp32") if c in s]
+    # decoder_label is the short name (files before it existed have only the full decoder_name).
+    name = "decoder_label" if "decoder_label" in s else "decoder_name"
+    cols = [c for c in (name, "status", "out_rel_err_mean", "kl_mean", "bytes_vs_eager_fp32") if c in s]
     print(s[cols].to_dataframe().to_string())
     return 0
 
