@@ -16,6 +16,7 @@
 #include "numeric/bits.h"
 #include "run/factory.h"
 #include "run/lockstep.h"
+#include "run/sweep.h"
 #include "test_util.h"
 #include "trace/synth.h"
 
@@ -207,6 +208,19 @@ TEST_CASE("lockstep: twins are compared step by step next to their error against
     // State observed at every flush of the interval-1 replay run.
     CHECK(runs[2].obs_step.size() == 40);
   }
+}
+
+TEST_CASE("backend twins: a cuda point pairs with the cpu point of the same scheme", "[seam]") {
+  Scheme a;
+  Scheme b = a;
+  b.state_format = Format::BF16;
+  Scheme c = a;
+  c.out_format = Format::BF16;  // differs in more than the backend: no twin
+  std::vector<Scheme> v = {a, a.with_backend(Backend::Cuda), b, c.with_backend(Backend::Cuda),
+                           b.with_backend(Backend::Cuda)};
+  CHECK(backend_twins(v) == std::vector<int>{-1, 0, -1, -1, 2});
+  CHECK(twin_key(a) == twin_key(a.with_backend(Backend::Cuda)));
+  CHECK(twin_key(a) != twin_key(c));
 }
 
 TEST_CASE("lockstep: a bad twin index is an internal error", "[seam][lockstep]") {

@@ -47,10 +47,6 @@ struct Batch {
   std::vector<const RunSpec*> runs;
 };
 
-// The key twins share: the scheme on the cpu backend (buffer_len changes no output, but a twin of the same
-// buffer_len is the natural pair, so it is part of the key).
-std::string twin_key(const Scheme& s) { return fmt::format("{}/{}", s.with_backend(Backend::Cpu).name(), s.buffer_len); }
-
 // Runs one batch to the end. Returns false when a stop was requested (nothing of the batch is kept).
 bool run_batch(const Plan& pl, const Batch& b, TraceSource& src, std::mutex& h5_mutex, std::vector<RunRecord>& out,
                std::vector<double>* ref_outputs, const std::function<void(long long)>& progress) {
@@ -66,21 +62,18 @@ bool run_batch(const Plan& pl, const Batch& b, TraceSource& src, std::mutex& h5_
   st.state_err = pl.state_err;
   st.save_outputs = pl.save_outputs;
   std::vector<LockstepRun> runs;
-  std::map<std::string, int> cpu_of;  // twin key -> index of the cpu run
+  std::vector<Scheme> schemes;
   for (const RunSpec* s : b.runs) {
+    schemes.push_back(s->scheme);
     LockstepRun a;
     a.dec = make_decoder(s->scheme, pl.seed);
     a.dec->reset(pl.model, pl.seqs);
     a.observe_every = s->scheme.replays() ? s->scheme.interval : pl.state_every;
     a.out_format = s->scheme.out_format;
-    if (s->scheme.backend == Backend::Cpu) cpu_of.emplace(twin_key(s->scheme), static_cast<int>(runs.size()));
     runs.push_back(std::move(a));
   }
-  for (size_t i = 0; i < runs.size(); ++i)
-    if (b.runs[i]->scheme.backend != Backend::Cpu) {
-      const auto it = cpu_of.find(twin_key(b.runs[i]->scheme));
-      if (it != cpu_of.end()) runs[i].twin = it->second;
-    }
+  const std::vector<int> twins = backend_twins(schemes);
+  for (size_t i = 0; i < runs.size(); ++i) runs[i].twin = twins[i];
   if (!run_lockstep(st, src, runs, &h5_mutex, ref_outputs, progress)) return false;
   RecordContext ctx;
   ctx.model = pl.model;

@@ -1,6 +1,7 @@
 #include "run/sweep.h"
 
 #include <algorithm>
+#include <map>
 #include <fmt/format.h>
 
 #include "errors.h"
@@ -105,6 +106,21 @@ std::vector<RunSpec> expand_sweep(const Config& cfg, Family family) {
     }
     if (axes.empty()) return out;
   }
+}
+
+std::string twin_key(const Scheme& s) { return fmt::format("{}/{}", s.with_backend(Backend::Cpu).name(), s.buffer_len); }
+
+std::vector<int> backend_twins(const std::vector<Scheme>& schemes) {
+  std::map<std::string, int> cpu_of;
+  for (size_t i = 0; i < schemes.size(); ++i)
+    if (schemes[i].backend == Backend::Cpu) cpu_of.emplace(twin_key(schemes[i]), static_cast<int>(i));
+  std::vector<int> twin(schemes.size(), -1);
+  for (size_t i = 0; i < schemes.size(); ++i)
+    if (schemes[i].backend != Backend::Cpu) {
+      const auto it = cpu_of.find(twin_key(schemes[i]));
+      if (it != cpu_of.end()) twin[i] = it->second;
+    }
+  return twin;
 }
 
 }  // namespace rssm

@@ -30,4 +30,10 @@ struct RunSpec {
 // the family), or that the scheme's backend cannot run here (run/factory.h) get a skip_reason.
 std::vector<RunSpec> expand_sweep(const Config& cfg, Family family);
 
+// Backend twins: points whose schemes differ only in backend. twin_key is equal for twins (the scheme on the cpu
+// backend, with its buffer_len); backend_twins gives, for each scheme of a batch, the index of the cpu scheme it is
+// compared with step by step, or -1 (cpu schemes themselves, and points without a cpu twin in the batch).
+std::string twin_key(const Scheme& s);
+std::vector<int> backend_twins(const std::vector<Scheme>& schemes);
+
 }  // namespace rssm
