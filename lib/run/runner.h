@@ -3,7 +3,8 @@
 //   trace (file or synthesised) -> chunk of inputs -> rounded to the run's activation format -> the fp64 reference
 //   and every decoder of a batch, in lockstep -> per-step output error and KL, state error at every flush
 //   -> run records -> the result file, rewritten whole after every batch (io/results.h).
-// Sweep points are grouped by activation format and cut into batches; one reference serves a batch. `jobs`
+// Sweep points are grouped by activation format and cut into batches, never between backend twins (sweep.h);
+// one reference serves a batch. `jobs`
 // batches run at once (threads, each with its share of the OpenMP threads). A completed batch is in the file at
 // once, so an interrupted sweep keeps what it finished and --resume runs only the rest; a run's numbers do not
 // depend on which batch it ran in.
