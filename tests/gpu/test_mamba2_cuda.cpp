@@ -351,7 +351,7 @@ void run_case(const Case& c, uint64_t seed) {
             const float dd = c.d_per_dim ? Dv[h * P + p] : Dv[h];
             float o = acc + dd * xr[h * P + p];
             if (zr) o *= zr[h * P + p] / (1.0f + std::exp(-zr[h * P + p]));
-            yemu[h * P + p] = o;
+            yemu[h * P + p] = round_to(c.yfmt, o);  // the kernel stores y in its output format
           }
           continue;
         }
@@ -377,7 +377,7 @@ void run_case(const Case& c, uint64_t seed) {
           const float dd = c.d_per_dim ? Dv[h * P + p] : Dv[h];
           acc += dd * xr[h * P + p];
           if (zr) acc *= zr[h * P + p] / (1.0f + std::exp(-zr[h * P + p]));
-          yemu[h * P + p] = acc;
+          yemu[h * P + p] = round_to(c.yfmt, acc);
         }
         if (flush) {
           for (int p = 0; p < P; ++p)
