@@ -3,10 +3,13 @@
 #   1. build/       the normal build (Release, CUDA when nvcc is found) and every CPU test through ctest;
 #   2. build-asan/  the CPU code with AddressSanitizer + UndefinedBehaviorSanitizer (g++, CUDA off) and the same
 #                   CPU tests under them: any report fails the test that triggered it;
-#   3. build-fuzz/  the libFuzzer targets (clang++), each run over its corpus for FUZZ_SECONDS (default 20).
+#   3. build-fuzz/  the libFuzzer targets (clang++), each over its committed corpus and then a fixed number of mutated
+#                   inputs from a fixed seed (scripts/fuzz.sh --ci): the same commit fuzzes the same inputs on every
+#                   machine, so this part passes or fails the same way everywhere.
 # Every part runs even when an earlier one has failing tests (a build error stops at once); the end shows each
 # part's duration, the ctest summaries again, and one closing line "total: N passed, N failed" (ctest tests of both
-# builds plus one per fuzz target). Extra arguments go to both ctest runs (e.g. -R config).
+# builds, one per fuzz target and one for fuzz_trace's crash classification). Extra arguments go to both ctest
+# runs (e.g. -R config).
 # GPU tests (label `gpu`) skip themselves where no device is present; scripts/gpu_sanitize.sh runs them under
 # compute-sanitizer on a GPU machine.
 #
@@ -19,7 +22,6 @@
 # synthesiser and decoders included). If one is ever needed it goes in a file here, with the reason beside it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
 # Tests run in parallel processes on few cores; libgomp's spinning barrier wait would make them fight for the cores
 # (tests/CMakeLists.txt sets the same for ctest's own runs).
 export OMP_WAIT_POLICY=passive
@@ -98,7 +100,7 @@ count_ctest build-asan/ctest.log
 unset ASAN_OPTIONS UBSAN_OPTIONS
 
 rm -f build-fuzz/fuzz-summary.txt
-timed "fuzzing (build + ${FUZZ_SECONDS} s per target)" scripts/fuzz.sh "$FUZZ_SECONDS"
+timed "fuzzing (build + fixed seed and inputs)" scripts/fuzz.sh --ci
 fuzz_line=$(grep -E '^fuzz: [0-9]+ passed, [0-9]+ failed' build-fuzz/fuzz-summary.txt 2>/dev/null || echo "fuzz: 0 passed, 1 failed")
 passed_total=$((passed_total + $(sed -E 's/fuzz: ([0-9]+) passed.*/\1/' <<<"$fuzz_line")))
 failed_total=$((failed_total + $(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$fuzz_line")))

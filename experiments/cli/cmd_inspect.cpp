@@ -21,6 +21,7 @@ int cmd_inspect(const Args& args) {
   po::variables_map vm;
   if (!parse_args("inspect", args, usage, opts, pos, vm, {"file"})) return 0;
   const std::string path = vm["file"].as<std::string>();
+  probe_trace_file(path);  // before any libhdf5 call on the file: a crafted file stops us with one line, not a crash
   if (file_format(path) == "replayssm-trace") {
     for (const auto& line : format_trace_info(inspect_trace(path))) fmt::print("{}\n", line);
   } else {

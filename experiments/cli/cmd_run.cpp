@@ -6,6 +6,7 @@
 #include "cli/cli.h"
 #include "errors.h"
 #include "run/runner.h"
+#include "trace/trace_h5.h"
 
 namespace rssm::cli {
 
@@ -52,6 +53,7 @@ int cmd_run(const Args& args) {
   if (!parse_args("run", args, usage, opts, pos, vm, {"config"})) return 0;
   Config cfg = load_config(vm, "config");
   if (vm.count("output")) cfg.set("run.output=" + vm["output"].as<std::string>());
+  probe_trace_file(cfg.str("trace.file"));  // first, while single-threaded (trace/trace_h5.h)
   RunnerOptions ro;
   ro.progress = !vm.count("quiet");
   ro.jobs = vm["jobs"].as<int>();

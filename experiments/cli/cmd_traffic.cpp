@@ -5,6 +5,7 @@
 #include "errors.h"
 #include "metrics/traffic.h"
 #include "run/runner.h"
+#include "trace/trace_h5.h"
 
 namespace rssm::cli {
 
@@ -24,6 +25,7 @@ int cmd_traffic(const Args& args) {
   po::variables_map vm;
   if (!parse_args("traffic", args, usage, opts, pos, vm, {"config"})) return 0;
   Config cfg = load_config(vm, "config");
+  probe_trace_file(cfg.str("trace.file"));  // trace/trace_h5.h
   const auto src = open_trace(cfg);
   int batch = static_cast<int>(cfg.integer("run.seqs", 0, 1 << 20));
   if (batch == 0) batch = src->seqs();

@@ -2,9 +2,14 @@
 #include "trace/trace_h5.h"
 
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -643,6 +648,45 @@ void write_trace(const std::string& path, TraceSource& src, InputStorage storage
 
 // ---------------------------------------------------------------------------------------------------------------
 // Statistics
+
+void probe_trace_file(const std::string& path) {
+  struct stat st {};
+  if (path.empty() || stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return;
+  // Exit codes of the child; anything else (a signal, a sanitizer's exit) means libhdf5 took it down.
+  constexpr int kLoaded = 0, kRejected = 3;
+  // A walk of the metadata and two small reads take milliseconds; libhdf5 can loop forever on a corrupt header.
+  constexpr unsigned kLimitSeconds = 60;
+  std::fflush(nullptr);  // the child must not flush the parent's pending output a second time
+  const pid_t pid = fork();
+  if (pid < 0) return;  // cannot probe: the caller's own open is still correct, only unguarded
+  if (pid == 0) {
+    // Quiet: the parent reports. The child never returns into the caller's code and skips atexit handlers.
+    if (std::FILE* null = std::freopen("/dev/null", "w", stderr); !null) _exit(kRejected);
+    alarm(kLimitSeconds);
+    try {
+      H5TraceSource src(path);
+      InputChunk chunk;
+      const long long steps = src.steps();
+      src.read(0, static_cast<int>(std::min<long long>(steps, 4)), chunk);
+      src.read(std::max(0LL, steps - 4), static_cast<int>(std::min<long long>(steps, 4)), chunk);
+      _exit(kLoaded);
+    } catch (...) {
+      _exit(kRejected);
+    }
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) return;
+  }
+  if (WIFEXITED(status) && (WEXITSTATUS(status) == kLoaded || WEXITSTATUS(status) == kRejected)) return;
+  const std::string how = WIFSIGNALED(status)
+                              ? (WTERMSIG(status) == SIGALRM ? fmt::format("did not finish in {} s", kLimitSeconds)
+                                                             : fmt::format("crashed ({})", strsignal(WTERMSIG(status))))
+                              : fmt::format("crashed (exit code {})", WEXITSTATUS(status));
+  throw FormatError(fmt::format("{}: libhdf5 {} while reading the file: it is corrupt or crafted (see "
+                                "docs/trace_format.md, 'Hostile and corrupt files')",
+                                path, how));
+}
 
 TraceInfo inspect_trace(const std::string& path, int chunk_steps) {
   if (chunk_steps < 1) throw ConfigError(fmt::format("inspect chunk_steps must be positive (got {})", chunk_steps));

@@ -55,6 +55,13 @@ class H5TraceSource : public TraceSource {
   friend TraceInfo inspect_trace(const std::string& path, int chunk_steps);  // reads without the finite check
 };
 
+// Opens `path` in a short-lived child process first (the validation of H5TraceSource plus reads of the first and last
+// steps), so that a file on which libhdf5 itself faults or hangs (docs/trace_format.md, "Hostile and corrupt files")
+// stops the caller with a FormatError naming the file instead of killing it. Returns quietly when the child
+// survives, whatever it found: the caller's own open then reports ordinary format errors itself. Nothing is probed
+// when `path` is not a regular file. Forks: call it before the process starts threads (the CLI does, first thing).
+void probe_trace_file(const std::string& path);
+
 // Streams `src` into a new trace file at `path`, chunk_steps steps at a time (also the HDF5 chunk length along
 // the step axis). Writes `path`.tmp and renames it at the end; on any error the temporary file is removed and
 // `path` is left untouched. Equal inputs give byte-identical files (no timestamps, fixed chunking and deflate).

@@ -19,6 +19,18 @@ namespace rssm::fuzz {
 class ScratchDir {
  public:
   ScratchDir() {
+    // scripts/fuzz.sh --ci names a fixed folder: file names reach error messages and the string compares libFuzzer
+    // learns mutations from, so a random name would make two runs of the same commit explore different inputs.
+    if (const char* fixed = std::getenv("REPLAYSSM_FUZZ_SCRATCH"); fixed && *fixed) {
+      std::error_code ec;
+      std::filesystem::remove_all(fixed, ec);
+      if (!std::filesystem::create_directories(fixed, ec)) {
+        std::fprintf(stderr, "replayssm fuzz: cannot create %s: %s\n", fixed, ec.message().c_str());
+        std::abort();
+      }
+      path_ = fixed;
+      return;
+    }
     const char* base = std::getenv("TMPDIR");
     std::string tmpl = std::string(base && *base ? base : "/tmp") + "/replayssm-fuzz-XXXXXX";
     if (!mkdtemp(tmpl.data())) {
