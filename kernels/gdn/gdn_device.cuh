@@ -1,0 +1,218 @@
+// Device helpers shared by the GDN kernels (eager and replay): 16-byte state vectors in each storage format,
+// activation loads, the per-CTA L2 normalisation of q_t and k_t, the per-head gate, and the host-side checks of the
+// common launch fields. Only for kernels/gdn/*.cu.
+// The state vectors have the same shape as the Mamba-2 kernels' (kernels/mamba2/mamba2_device.cuh); they are kept
+// separate so each family's kernels can be tuned without touching the other's.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "gdn/gdn_kernels.h"
+#include "model/formulas.h"
+#include "numeric/bits.h"
+
+namespace rssm {
+namespace gdn {
+
+constexpr int kThreads = 128;  // one CTA: 4 warps
+constexpr int kWarps = kThreads / 32;
+constexpr int kUnroll = 4;     // passes of rows whose state loads are in flight together
+
+// A 16-byte vector of state elements: kVec elements of T, loaded as one uint4 and converted to fp32.
+// Stores round to nearest even with the hardware conversion (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32), which equals
+// numeric/bits.h's round_bf16 / round_fp16 on every finite value and infinity; only a NaN's payload may differ.
+template <class T>
+struct StateVec;
+
+template <>
+struct StateVec<float> {
+  static constexpr int kVec = 4;
+  __device__ static void load(const float* p, float v[kVec]) {
+    const float4 q = __ldcs(reinterpret_cast<const float4*>(p));  // streamed once: evict first
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+  }
+  __device__ static void store(float* p, float v[kVec]) {
+    __stcs(reinterpret_cast<float4*>(p), make_float4(v[0], v[1], v[2], v[3]));
+  }
+};
+
+template <>
+struct StateVec<__nv_bfloat16> {
+  static constexpr int kVec = 8;
+  __device__ static void load(const __nv_bfloat16* p, float v[kVec]) {
+    const uint4 q = __ldcs(reinterpret_cast<const uint4*>(p));
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = __uint_as_float(w[i] << 16);
+      v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
+  }
+  // Rounds v to bf16, stores it, and leaves the rounded values in v (the value every later use must see).
+  __device__ static void store(__nv_bfloat16* p, float v[kVec]) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const __nv_bfloat162 b = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+      w[i] = *reinterpret_cast<const uint32_t*>(&b);
+      v[2 * i] = __uint_as_float(w[i] << 16);
+      v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
+    __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
+  }
+};
+
+template <>
+struct StateVec<__half> {
+  static constexpr int kVec = 8;
+  __device__ static void load(const __half* p, float v[kVec]) {
+    const uint4 q = __ldcs(reinterpret_cast<const uint4*>(p));
+    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
+      v[2 * i] = f.x;
+      v[2 * i + 1] = f.y;
+    }
+  }
+  __device__ static void store(__half* p, float v[kVec]) {
+    uint32_t w[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+      w[i] = *reinterpret_cast<const uint32_t*>(&h);
+      const float2 f = __half22float2(h);
+      v[2 * i] = f.x;
+      v[2 * i + 1] = f.y;
+    }
+    __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
+  }
+};
+
+// Four fp32 values rounded to T (bf16 or fp16) and stored as one 8-byte vector: the dual read copy, written from
+// the fp32 update copy's registers (whose vector is 4 wide).
+template <class T>
+__device__ inline void store_narrow4(T* p, const float v[4]) {
+  uint32_t w[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
+      const __nv_bfloat162 b = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
+      w[i] = *reinterpret_cast<const uint32_t*>(&b);
+    } else {
+      const __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+      w[i] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+  }
+  __stcs(reinterpret_cast<uint2*>(p), make_uint2(w[0], w[1]));
+}
+
+__device__ inline float to_f32(float v) { return v; }
+__device__ inline float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// Sum over the `width` consecutive lanes that share a state row (width a power of two <= 32).
+__device__ inline float row_sum(float v, int width) {
+  for (int o = width >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  return v;
+}
+
+// Output element store in the run-time output format (FP32 or BF16).
+__device__ inline void store_o(void* o, long long idx, bool bf16, float v) {
+  if (bf16)
+    static_cast<uint16_t*>(o)[idx] = float_to_bf16_bits(v);
+  else
+    static_cast<float*>(o)[idx] = v;
+}
+
+__host__ __device__ inline long long or_default(long long stride, long long contiguous) {
+  return stride > 0 ? stride : contiguous;
+}
+
+// The per-step scalars of value head h of one row: g (log-gate), α = exp(g), β = sigmoid(b), in fp32 through
+// model/formulas.h as the CPU emulation computes them.
+struct Gate {
+  float g, alpha, beta;
+};
+template <class A>
+__device__ inline Gate gate_of(const GdnStepArgs& a, int row, int h) {
+  const long long abs_ = or_default(a.ab_stride, a.dims.HV);
+  const float a_raw = to_f32(static_cast<const A*>(a.d_a)[row * abs_ + h]);
+  const float b_raw = to_f32(static_cast<const A*>(a.d_b)[row * abs_ + h]);
+  Gate gt;
+  gt.g = gdn_log_gate<float>(a.d_A_log[h], a_raw, a.d_dt_bias[h]);
+  gt.alpha = expf(gt.g);
+  gt.beta = sigmoid<float>(b_raw);
+  return gt;
+}
+
+// q_t and k_t of key head hk of one row, L2-normalised into shared memory (s_q includes the 1/sqrt(K) scale).
+// The sums of squares are per-thread partial sums, then warp trees, then the warps in order (the CPU sums in
+// sequence: the contract's bounded difference). s_red: 2·kWarps floats. Ends with __syncthreads.
+template <class A>
+__device__ inline void load_normalised(const GdnStepArgs& a, int row, int hk, float* s_q, float* s_k, float* s_red) {
+  const int K = a.dims.K, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const long long qks = or_default(a.qk_stride, static_cast<long long>(a.dims.HK) * K);
+  const A* q = static_cast<const A*>(a.d_q) + row * qks + static_cast<long long>(hk) * K;
+  const A* k = static_cast<const A*>(a.d_k) + row * qks + static_cast<long long>(hk) * K;
+  float sq = 0.0f, sk = 0.0f;
+  for (int i = tid; i < K; i += kThreads) {
+    const float qi = to_f32(q[i]), ki = to_f32(k[i]);
+    s_q[i] = qi, s_k[i] = ki;
+    sq = fmaf(qi, qi, sq);
+    sk = fmaf(ki, ki, sk);
+  }
+  sq = row_sum(sq, 32);
+  sk = row_sum(sk, 32);
+  if (lane == 0) s_red[warp] = sq, s_red[kWarps + warp] = sk;
+  __syncthreads();
+  float tq = 0.0f, tk = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) tq += s_red[w], tk += s_red[kWarps + w];
+  const float qscale = 1.0f / sqrtf(static_cast<float>(K));
+  const float iq = l2norm_factor<float>(tq, a.eps, qscale), ik = l2norm_factor<float>(tk, a.eps, 1.0f);
+  for (int i = tid; i < K; i += kThreads) s_q[i] *= iq, s_k[i] *= ik;
+  __syncthreads();
+}
+
+// ---- host side ----
+
+[[noreturn]] inline void bad_launch(const char* what, const std::string& msg) {
+  throw std::invalid_argument(std::string(what) + ": " + msg);
+}
+
+inline int state_vec(Format f) { return f == Format::FP32 ? 4 : 8; }
+
+// Checks of the fields every step shares.
+inline void check_step_args(const char* what, const GdnStepArgs& a) {
+  const GdnDims& d = a.dims;
+  if (d.HK <= 0 || d.HV <= 0 || d.K <= 0 || d.V <= 0 || d.HV % d.HK != 0)
+    bad_launch(what, "dims HK, HV, K, V must be positive with HV a multiple of HK (got HK=" + std::to_string(d.HK) +
+                         " HV=" + std::to_string(d.HV) + " K=" + std::to_string(d.K) + " V=" + std::to_string(d.V) + ")");
+  if (a.batch < 0) bad_launch(what, "batch must be >= 0");
+  if (a.batch == 0) return;
+  if (!a.d_slot || !a.d_q || !a.d_k || !a.d_v || !a.d_a || !a.d_b || !a.d_o || !a.d_A_log || !a.d_dt_bias)
+    bad_launch(what, "d_slot, d_q, d_k, d_v, d_a, d_b, d_o, d_A_log and d_dt_bias must all be set");
+  if (a.act_format != Format::BF16 && a.act_format != Format::FP32)
+    bad_launch(what, "act_format must be bf16 or fp32 (got " + format_name(a.act_format) + ")");
+  if (a.o_format != Format::BF16 && a.o_format != Format::FP32)
+    bad_launch(what, "o_format must be bf16 or fp32 (got " + format_name(a.o_format) + ")");
+  if (!(a.eps > 0.0f)) bad_launch(what, "eps must be positive");
+}
+
+// The streamed state's vectors: K / vec lanes per row, a power of two dividing 32.
+inline void check_state_rows(const char* what, int K, int vec, const void* p) {
+  const int lanes = K / vec;
+  if (K % vec != 0 || lanes > 32 || (lanes & (lanes - 1)) != 0)
+    bad_launch(what, "key dim K=" + std::to_string(K) + " must be " + std::to_string(vec) +
+                         " times a power of two up to 32 (16-byte vectors, one state row within a warp)");
+  if (reinterpret_cast<uintptr_t>(p) % 16 != 0) bad_launch(what, "state pointers must be 16-byte aligned");
+}
+
+}  // namespace gdn
+}  // namespace rssm

@@ -1,0 +1,136 @@
+// GDN eager decode step (gdn_kernels.h): per state row i (a K-vector of value head h)
+//   kv = S_i·k_t;  u = β·(v_i − α·kv);  S_i <- α·S_i + u·k_t (stored in its format);  o_i = S_i·q_t
+// in the order of the CPU emulation (lib/cpu/eager.cpp: the read against k on the undecayed stored row, the
+// output from the stored, rounded row), fp32 arithmetic, q_t and k_t normalised once per CTA.
+// Work split: one CTA of 128 threads per (row, value head, V-tile). A state row of K elements is K/vec lanes of
+// 16-byte vectors (fp32 K=128: 32 lanes; bf16: 16), so a CTA covers 128/(K/vec) rows per pass and keeps kUnroll
+// passes of loads in flight before the first use. V-tiles only at small batch, where rows × heads would not fill
+// 132 SMs.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "common/cuda_check.h"
+#include "gdn/gdn_device.cuh"
+
+namespace rssm {
+namespace gdn {
+
+template <class S, class A>
+__global__ void __launch_bounds__(kThreads) gdn_eager_kernel(GdnStepArgs a, S* __restrict__ state, int vtiles) {
+  extern __shared__ float4 smem4[];
+  float* s_q = reinterpret_cast<float*>(smem4);  // [K] normalised q (scaled), then [K] normalised k, then scratch
+  constexpr int kVec = StateVec<S>::kVec;
+  const int HV = a.dims.HV, K = a.dims.K, V = a.dims.V, vpk = a.dims.HV / a.dims.HK;
+  const int per_row = HV * vtiles;
+  const int row = blockIdx.x / per_row;
+  const int h = (blockIdx.x % per_row) / vtiles, tile = blockIdx.x % vtiles;
+  const int slot = a.d_slot[row];
+  if (slot < 0) return;  // padded row
+  const int tile_rows = (V + vtiles - 1) / vtiles;
+  const int v_begin = tile * tile_rows, v_end = min(V, v_begin + tile_rows);
+  const long long head_off = (static_cast<long long>(slot) * HV + h) * V * K;
+  {
+    // The state tile on its way into L2 while the CTA normalises q and k (a chain of dependent small steps).
+    const char* src = reinterpret_cast<const char*>(state + head_off + static_cast<long long>(v_begin) * K);
+    const int lines = static_cast<int>((static_cast<long long>(v_end - v_begin) * K * sizeof(S) + 127) / 128);
+    for (int i = threadIdx.x; i < lines; i += kThreads) asm volatile("prefetch.global.L2 [%0];" ::"l"(src + 128LL * i));
+  }
+  float* s_k = s_q + K;
+  load_normalised<A>(a, row, h / vpk, s_q, s_k, s_k + K);
+  const Gate gt = gate_of<A>(a, row, h);
+
+  const int lanes = K / kVec, rows_per_pass = kThreads / lanes;
+  const int c = threadIdx.x % lanes, rsub = threadIdx.x / lanes;
+  float kv[kVec], qv[kVec];
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) kv[i] = s_k[c * kVec + i], qv[i] = s_q[c * kVec + i];
+  const A* v = static_cast<const A*>(a.d_v) + row * or_default(a.v_stride, static_cast<long long>(HV) * V) +
+               static_cast<long long>(h) * V;
+  const long long os = or_default(a.o_stride, static_cast<long long>(HV) * V);
+  const bool o_bf16 = a.o_format == Format::BF16;
+  S* head = state + head_off + c * kVec;
+
+  for (int i0 = v_begin; i0 < v_end; i0 += rows_per_pass * kUnroll) {
+    float s[kUnroll][kVec], vv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {  // every load first: kUnroll independent 16-byte loads in flight
+      const int i = i0 + u * rows_per_pass + rsub;
+      if (i < v_end) {
+        StateVec<S>::load(head + static_cast<long long>(i) * K, s[u]);
+        vv[u] = to_f32(v[i]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) s[u][e] = 0.0f;
+        vv[u] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = i0 + u * rows_per_pass + rsub;
+      float dk = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) dk = fmaf(s[u][e], kv[e], dk);
+      dk = row_sum(dk, lanes);
+      const float upd = gt.beta * (vv[u] - gt.alpha * dk);
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) s[u][e] = fmaf(gt.alpha, s[u][e], upd * kv[e]);
+      if (i < v_end) StateVec<S>::store(head + static_cast<long long>(i) * K, s[u]);  // s now holds stored values
+      float dq = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) dq = fmaf(s[u][e], qv[e], dq);
+      dq = row_sum(dq, lanes);
+      if (c == 0 && i < v_end) store_o(a.d_o, row * os + static_cast<long long>(h) * V + i, o_bf16, dq);
+    }
+  }
+}
+
+template <class S, class A>
+void launch_eager(const GdnEagerLaunch& l, int vtiles, cudaStream_t stream) {
+  const long long blocks = static_cast<long long>(l.step.batch) * l.step.dims.HV * vtiles;
+  if (blocks > 0x7FFFFFFFLL) bad_launch("gdn_eager_step", "batch · HV · tiles exceeds the grid limit");
+  const size_t bytes = (2 * static_cast<size_t>(l.step.dims.K) + 2 * kWarps) * sizeof(float);
+  auto kernel = gdn_eager_kernel<S, A>;
+  if (bytes > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(l.step, static_cast<S*>(l.d_state), vtiles);
+  CUDA_CHECK_LAUNCH(stream);
+}
+
+template <class S>
+void dispatch_act(const GdnEagerLaunch& l, int vtiles, cudaStream_t stream) {
+  if (l.step.act_format == Format::BF16)
+    launch_eager<S, __nv_bfloat16>(l, vtiles, stream);
+  else
+    launch_eager<S, float>(l, vtiles, stream);
+}
+
+}  // namespace gdn
+
+int gdn_v_tiles(const GdnDims& dims, int batch, Format state_format) {
+  // Aim for >= 2048 CTAs (about 16 per SM on 132 SMs); never split below one pass of rows.
+  const int lanes = dims.K / gdn::state_vec(state_format);
+  const int rows_per_pass = lanes > 0 ? gdn::kThreads / lanes : dims.V;
+  int tiles = 1;
+  while (static_cast<long long>(batch) * dims.HV * tiles < 2048 &&
+         (dims.V + 2 * tiles - 1) / (2 * tiles) >= rows_per_pass)
+    tiles *= 2;
+  return tiles;
+}
+
+void gdn_eager_step(const GdnEagerLaunch& l, cudaStream_t stream) {
+  const char* what = "gdn_eager_step";
+  gdn::check_step_args(what, l.step);
+  if (l.step.batch == 0) return;
+  if (l.state_format != Format::FP32 && l.state_format != Format::BF16 && l.state_format != Format::FP16)
+    gdn::bad_launch(what, "state_format must be fp32, bf16 or fp16 (got " + format_name(l.state_format) + ")");
+  if (!l.d_state) gdn::bad_launch(what, "d_state must be set");
+  gdn::check_state_rows(what, l.step.dims.K, gdn::state_vec(l.state_format), l.d_state);
+  const int vtiles = gdn_v_tiles(l.step.dims, l.step.batch, l.state_format);
+  switch (l.state_format) {
+    case Format::FP32: gdn::dispatch_act<float>(l, vtiles, stream); break;
+    case Format::BF16: gdn::dispatch_act<__nv_bfloat16>(l, vtiles, stream); break;
+    default: gdn::dispatch_act<__half>(l, vtiles, stream); break;
+  }
+}
+
+}  // namespace rssm

@@ -1,0 +1,109 @@
+// Gated DeltaNet decode-step kernels for Hopper (sm_90): launch-parameter structs and launchers. CUDA-free header:
+// host code built without nvcc may include it (it sees cudaStream_t only as an opaque pointer).
+//   gdn_eager_step:  S <- α·S + u ⊗ k with u = β·(v − α·S·k), o = S·q; the state stored in its format every step.
+//   gdn_replay_step: checkpoint + ring of (u, normalised k, G) since it (METHOD.md "ReplaySSM standard decoding",
+//                    GDN), inner-product or reconstruct route, a flush folding the ring into the checkpoint when a
+//                    row's ring reaches `interval`; shared or dual checkpoint.
+// Both take the trace's raw inputs: q, k are L2-normalised inside (eps, q scaled by 1/sqrt(K)), the gate is
+// g = −exp(A_log)·softplus(a + dt_bias), α = exp(g), β = sigmoid(b) (model/formulas.h, shared with the CPU).
+// Value head h reads key head h / (HV / HK).
+// Launchers check the launch struct (one clear std::invalid_argument naming the field), launch one kernel on the
+// stream and return: no allocation, no synchronisation. Errors of the launch itself throw rssm::CudaError.
+// Arithmetic is fp32 throughout; rounding to storage formats follows numeric/bits.h (round to nearest even).
+//
+// Serving layout (as the Mamba-2 kernels'). Row r of the step (r < batch) owns the state in the pool at slot[r];
+// slot[r] < 0 marks a padded row: skipped, its outputs and every pool entry left untouched. Two rows of one launch
+// must not share a slot. Per-row inputs are [batch, ...] with a row stride (elements) so a row may sit inside a
+// larger activation buffer.
+#pragma once
+
+#include <cstdint>
+
+#include "decoder/scheme.h"  // GdnRoute (an enum only: nothing of rssm_decoder is linked)
+#include "numeric/format.h"
+
+struct CUstream_st;
+typedef CUstream_st* cudaStream_t;
+
+namespace rssm {
+
+// Geometry of one layer: HK key heads of dim K, HV value heads of dim V (HV a multiple of HK).
+struct GdnDims {
+  int HK = 0, HV = 0, K = 0, V = 0;
+};
+
+// What every step reads and writes besides the state: the step's raw inputs, the layer parameters and the output.
+struct GdnStepArgs {
+  GdnDims dims;
+  int batch = 0;                    // rows in this launch
+  const int32_t* d_slot = nullptr;  // [batch]: pool slot of each row, < 0 = padded row
+  // Inputs, all in act_format (BF16 or FP32): rows `*_stride` elements apart.
+  Format act_format = Format::BF16;
+  const void* d_q = nullptr;  // [batch, HK, K]  raw (normalised inside)
+  const void* d_k = nullptr;  // [batch, HK, K]  raw (normalised inside)
+  const void* d_v = nullptr;  // [batch, HV, V]
+  const void* d_a = nullptr;  // [batch, HV]  raw gate input (softplus and dt_bias applied inside)
+  const void* d_b = nullptr;  // [batch, HV]  raw write-strength input (sigmoid inside)
+  long long qk_stride = 0, v_stride = 0, ab_stride = 0;  // 0 = contiguous (HK·K, HV·V, HV)
+  // Layer parameters, fp32 on the device.
+  const float* d_A_log = nullptr;    // [HV]
+  const float* d_dt_bias = nullptr;  // [HV]
+  float eps = 1e-6f;                 // L2-normalisation epsilon (GdnParams::eps)
+  // Output o [batch, HV, V] in o_format (FP32 or BF16), rows o_stride elements apart (0 = HV·V).
+  void* d_o = nullptr;
+  Format o_format = Format::FP32;
+  long long o_stride = 0;
+};
+
+// Eager: the state pool [pool, HV, V, K] in state_format (FP32, BF16 or FP16), updated in place.
+struct GdnEagerLaunch {
+  GdnStepArgs step;
+  Format state_format = Format::FP32;
+  void* d_state = nullptr;  // [pool, HV, V, K]
+};
+
+// Replay: a checkpoint per slot and a ring of the tokens appended since it.
+// Shared checkpoint: d_ckpt in ckpt_format (FP32, BF16, FP16), read every step, read and written at a flush.
+// Dual: d_ckpt is the fp32 update copy (read and written only at a flush) and d_read the read copy in read_format
+// (BF16 or FP16) that non-flush steps read; the flush writes both from the same registers.
+// Ring, per slot, capacity entries (>= interval); entries 0 .. fill-1 are the tokens since the checkpoint:
+//   d_ring_u [pool, capacity, HV, V] bf16 bits: the corrected updates u_j = β_j·(v_j − α_j·S_{j−1}·k_j);
+//   d_ring_k [pool, capacity, HK, K] bf16 bits: the normalised keys (once per key head);
+//   d_ring_G [pool, capacity, HV] fp32: G_j, the running fp32 sum of the log-gates g over entries 0..j (what the
+//   weights e^{G_t − G_j} need; stored so a step never re-adds the prefix). The buffer format is bf16, the CPU
+//   emulation's default.
+// Cursor: d_fill [pool] = entries in the ring before this step, advanced on the device (the host never reads it);
+// d_arrive [pool] int32 must be zero before the first launch and is left zero after every launch (the protocol of
+// the Mamba-2 replay kernel, see gdn_replay.cu). A row whose fill reaches `interval` with this token flushes in the
+// same launch, and its fill returns to 0.
+// Routes (METHOD.md): Inner reads the checkpoint once against both k_t and q_t and adds the ring as dots
+// (S_{t−1}·k_t = e^{G_{t−1}}·(S_c·k_t) + Σ_j e^{G_{t−1}−G_j}·(k_j·k_t)·u_j, the same with q_t at G_t); Reconstruct
+// rebuilds S_{t−1} row by row from the checkpoint and the ring, then reads it against k_t and q_t.
+struct GdnReplayLaunch {
+  GdnStepArgs step;
+  int interval = 16;
+  int capacity = 16;
+  GdnRoute route = GdnRoute::Inner;
+  Format ckpt_format = Format::FP32;
+  void* d_ckpt = nullptr;  // [pool, HV, V, K]
+  bool dual = false;
+  Format read_format = Format::BF16;
+  void* d_read = nullptr;        // [pool, HV, V, K] (dual only)
+  uint16_t* d_ring_u = nullptr;  // [pool, capacity, HV, V]
+  uint16_t* d_ring_k = nullptr;  // [pool, capacity, HK, K]
+  float* d_ring_G = nullptr;     // [pool, capacity, HV]
+  int32_t* d_fill = nullptr;     // [pool]
+  int32_t* d_arrive = nullptr;   // [pool]
+};
+
+// Largest interval a replay launch accepts (per-entry weights and the flush's keys live in shared memory).
+constexpr int kGdnMaxInterval = 64;
+
+void gdn_eager_step(const GdnEagerLaunch& launch, cudaStream_t stream);
+void gdn_replay_step(const GdnReplayLaunch& launch, cudaStream_t stream);
+
+// CTAs per (row, value head) the launchers use for `batch` rows: the value dim is split into tiles when few rows
+// would leave SMs idle. Exposed for the tests and the benchmark's labels.
+int gdn_v_tiles(const GdnDims& dims, int batch, Format state_format);
+
+}  // namespace rssm

@@ -1,0 +1,424 @@
+// GDN replay decode step (gdn_kernels.h), one launch for all rows, rows at any ring fill. Token t is ring entry j
+// (j = fill before the step); G is the running fp32 sum of the log-gates g over the ring, G_t = G_{j−1} + g_t.
+// Inner-product route, per state row i of value head h:
+//   S_{t−1}k_t = e^{G_{j−1}}·(S_c·k_t) + Σ_{e<j} e^{G_{j−1}−G_e}·(k_e·k_t)·u_e      (k_e·k_t once per CTA)
+//   u_t = bf16(β·(v_t − α·S_{t−1}k_t))                                              (the ring keeps u in bf16)
+//   o_t = e^{G_t}·(S_c·q_t) + Σ_{e<=j} e^{G_t−G_e}·(k_e·q_t)·u_e                    (u_j = u_t, k_j = bf16(k_t))
+// one read of the checkpoint row against both k_t and q_t.
+// Reconstruct route: R = e^{G_{j−1}}·S_c + Σ_{e<j} (e^{G_{j−1}−G_e}·u_e)·k_e rebuilt per row in registers,
+//   u_t = bf16(β·(v_t − α·R·k_t)), S_t = α·R + u_t·k_j, o_t = S_t·q_t.
+// Flush, on the step that fills a row's ring to `interval` (fp32, accumulator starting from the decayed S_c):
+//   inner:       S_c <- e^{G_t}·S_c + Σ_{e<=j} (e^{G_t−G_e}·u_e)·k_e   (lib/cpu/replay.cpp flush_gdn, e in order)
+//   reconstruct: S_c <- S_t, the row the step rebuilt anyway (equal in exact arithmetic; rounding differs from the
+//                CPU emulation's flush formula within the contract's bound).
+// Order of operations follows lib/cpu/replay.cpp (step_gdn / flush_gdn) where it costs nothing: normalisation and
+// gate through model/formulas.h, the current token's key through its bf16 buffer copy, weights exp(G_a − G_e) times
+// the dot, ring sums over e in order. Dots and the sums of squares are tree sums (the contract's bounded half).
+// Deliberate differences: the ring sum is added to the checkpoint term rather than accumulated onto it; at a dual
+// flush step u_t and the output read the fp32 update copy the flush streams anyway (the CPU emulation reads the read
+// copy), saving a read of the read copy.
+//
+// Work split: one CTA (128 threads) per (row, value head, V-tile), as in the eager kernel. Each CTA first does the
+// small per-(row, head) work: q_t, k_t normalised, the key dots k_e·k_t and k_e·q_t (one warp per entry, entries in
+// parallel; reconstruct and flush steps also keep the keys in fp32 in shared memory), the weights (one thread per
+// entry), the ring sums per row of the tile (one thread per row); then streams its state tile once with kUnroll
+// 16-byte loads in flight per thread. The tile is prefetched into L2 before that prologue, so the step time does
+// not grow with the ring fill while other resident CTAs stream.
+//
+// Ring cursor, on the device, exactly the Mamba-2 replay kernel's protocol: d_fill[slot] is read by one thread of
+// every CTA of the row; the CTA that arrives last on d_arrive[slot] (atomicAdd, fenced) writes the advanced fill (0
+// after a flush) and re-zeroes d_arrive. Which CTA writes what in the ring (no other CTA of the launch reads what it
+// writes): entry j's u rows by the tile that owns them, k_j by tile 0 of the first value head of the key group, G_j
+// by tile 0 of the head. Entries < j are only read. A flushing row writes no ring entry: its ring restarts at 0.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "common/cuda_check.h"
+#include "gdn/gdn_device.cuh"
+
+namespace rssm {
+namespace gdn {
+
+// Shared memory of one CTA, in floats. Regions start on 16-byte boundaries (keys are read as float4).
+struct ReplaySmem {
+  int K, E, rows;  // E = interval (largest number of entries), rows = tile rows
+  __host__ __device__ static int up4(int n) { return (n + 3) & ~3; }
+  __host__ __device__ int off_q() const { return 0; }                    // [K] normalised q_t (scaled)
+  __host__ __device__ int off_k() const { return up4(K); }               // [K] normalised k_t
+  __host__ __device__ int off_kb() const { return 2 * up4(K); }          // [K] bf16(k_t): entry j's key
+  __host__ __device__ int off_red() const { return 3 * up4(K); }         // [2·kWarps] reduction scratch
+  __host__ __device__ int off_kk() const { return off_red() + up4(2 * kWarps); }  // [E] k_e·k_t
+  __host__ __device__ int off_kq() const { return off_kk() + up4(E); }   // [E] k_e·q_t
+  __host__ __device__ int off_wk() const { return off_kq() + up4(E); }   // [E] inner: e^{G_{j−1}−G_e}·k_e·k_t;
+                                                                         //     reconstruct: e^{G_{j−1}−G_e}
+  __host__ __device__ int off_wq() const { return off_wk() + up4(E); }   // [E] e^{G_t−G_e}·k_e·q_t
+  __host__ __device__ int off_wf() const { return off_wq() + up4(E); }   // [E] e^{G_t−G_e} (flush)
+  __host__ __device__ int off_rk() const { return off_wf() + up4(E); }   // [rows] ring sum against k_t
+  __host__ __device__ int off_rq() const { return off_rk() + up4(rows); }  // [rows] ring sum against q_t
+  __host__ __device__ int off_keys() const { return off_rq() + up4(rows); }  // [E, up4(K)] k_e in fp32
+  __host__ __device__ int off_uw() const { return off_keys() + E * up4(K); }  // [E, rows] weight·u_e per row
+  __host__ __device__ int floats() const { return off_uw() + E * rows; }
+};
+
+// Everything the stream phase needs, per CTA.
+struct TileCtx {
+  int K, HV, V, h, row, slot, cap, j, c, rsub, lanes, rows_per_pass, v_begin, v_end;
+  long long os;
+  float dprev, dt, alpha, beta, wq_j, wf_j;  // e^{G_{j−1}}, e^{G_t}, α_t, β_t, entry j's output and flush weights
+  bool o_bf16;
+};
+
+template <int kVec>
+__device__ inline void load_f32(const float* p, float v[kVec]) {
+#pragma unroll
+  for (int k = 0; k < kVec; k += 4) {
+    const float4 q = *reinterpret_cast<const float4*>(p + k);
+    v[k] = q.x, v[k + 1] = q.y, v[k + 2] = q.z, v[k + 3] = q.w;
+  }
+}
+
+// Streams the CTA's tile of `src` once. Non-flush steps: src is the read copy (dual) or the shared checkpoint, R is
+// void. Flush steps: src is the checkpoint (dual: the fp32 update copy, R the read-copy type), written back.
+template <class T, class R, bool kInner, bool kFlush, class A>
+__device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, R* rd, const A* v, const float* smem,
+                            const ReplaySmem& L) {
+  constexpr int kVec = StateVec<T>::kVec;
+  float kv[kVec], qv[kVec], kbv[kVec];
+  load_f32<kVec>(smem + L.off_k() + t.c * kVec, kv);
+  load_f32<kVec>(smem + L.off_q() + t.c * kVec, qv);
+  load_f32<kVec>(smem + L.off_kb() + t.c * kVec, kbv);
+  const float* s_rk = smem + L.off_rk();
+  const float* s_rq = smem + L.off_rq();
+  const float* s_uw = smem + L.off_uw();
+  const float* s_keys = smem + L.off_keys() + t.c * kVec;
+  const int ldk = ReplaySmem::up4(t.K);
+  uint16_t* ring_uj =
+      l.d_ring_u + ((static_cast<long long>(t.slot) * t.cap + t.j) * t.HV + t.h) * static_cast<long long>(t.V);
+  for (int i0 = t.v_begin; i0 < t.v_end; i0 += t.rows_per_pass * kUnroll) {
+    float s[kUnroll][kVec], vv[kUnroll], uj[kUnroll];
+    int il[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {  // every load first: kUnroll independent 16-byte loads in flight
+      const int i = i0 + u * t.rows_per_pass + t.rsub;
+      il[u] = min(i, t.v_end - 1) - t.v_begin;  // rows past the tile read a valid slot; their results are dropped
+      if (i < t.v_end) {
+        StateVec<T>::load(src + static_cast<long long>(i) * t.K, s[u]);
+        vv[u] = to_f32(v[i]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) s[u][k] = 0.0f;
+        vv[u] = 0.0f;
+      }
+    }
+    if constexpr (!kInner) {  // rebuild S_{t−1}: R = e^{G_{j−1}}·S_c + Σ_{e<j} (w_e·u_e[i])·k_e
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) s[u][k] *= t.dprev;
+      for (int e = 0; e < t.j; ++e) {
+        float key[kVec];
+        load_f32<kVec>(s_keys + e * ldk, key);
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const float w = s_uw[e * L.rows + il[u]];
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) s[u][k] = fmaf(w, key[k], s[u][k]);
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = i0 + u * t.rows_per_pass + t.rsub;
+      float dk = 0.0f, o;
+      if constexpr (kInner) {
+        float dq = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) dk = fmaf(s[u][k], kv[k], dk), dq = fmaf(s[u][k], qv[k], dq);
+        dk = row_sum(dk, t.lanes);
+        dq = row_sum(dq, t.lanes);
+        const float skt = t.dprev * dk + s_rk[il[u]];
+        uj[u] = round_bf16(t.beta * (vv[u] - t.alpha * skt));
+        o = t.dt * dq + s_rq[il[u]] + t.wq_j * uj[u];
+      } else {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) dk = fmaf(s[u][k], kv[k], dk);
+        dk = row_sum(dk, t.lanes);
+        uj[u] = round_bf16(t.beta * (vv[u] - t.alpha * dk));
+        float dq = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          s[u][k] = fmaf(t.alpha, s[u][k], uj[u] * kbv[k]);  // S_t
+          dq = fmaf(s[u][k], qv[k], dq);
+        }
+        o = row_sum(dq, t.lanes);
+      }
+      if (t.c == 0 && i < t.v_end) {
+        store_o(l.step.d_o, t.row * t.os + static_cast<long long>(t.h) * t.V + i, t.o_bf16, o);
+        if constexpr (!kFlush) ring_uj[i] = float_to_bf16_bits(uj[u]);
+      }
+    }
+    if constexpr (kFlush) {
+      if constexpr (kInner) {  // S_c <- e^{G_t}·S_c + Σ_{e<=j} (e^{G_t−G_e}·u_e[i])·k_e, e in order
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) s[u][k] *= t.dt;
+        for (int e = 0; e < t.j; ++e) {
+          float key[kVec];
+          load_f32<kVec>(s_keys + e * ldk, key);
+#pragma unroll
+          for (int u = 0; u < kUnroll; ++u) {
+            const float w = s_uw[e * L.rows + il[u]];
+#pragma unroll
+            for (int k = 0; k < kVec; ++k) s[u][k] = fmaf(w, key[k], s[u][k]);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const float w = t.wf_j * uj[u];
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) s[u][k] = fmaf(w, kbv[k], s[u][k]);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = i0 + u * t.rows_per_pass + t.rsub;
+        if (i < t.v_end) {
+          StateVec<T>::store(src + static_cast<long long>(i) * t.K, s[u]);
+          if constexpr (!std::is_void<R>::value) {
+            static_assert(kVec == 4, "dual read copies are written from an fp32 update copy");
+            store_narrow4(rd + static_cast<long long>(i) * t.K, s[u]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// CK: checkpoint type (the update copy when dual); RD: read-copy type, void when the checkpoint is shared.
+template <class A, class CK, class RD, bool kInner>
+__global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l, int vtiles) {
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  __shared__ int s_fill;
+  const GdnStepArgs& a = l.step;
+  const int HK = a.dims.HK, HV = a.dims.HV, K = a.dims.K, V = a.dims.V, vpk = HV / HK;
+  const int per_row = HV * vtiles;
+  const int row = blockIdx.x / per_row;
+  const int h = (blockIdx.x % per_row) / vtiles, tile = blockIdx.x % vtiles;
+  const int slot = a.d_slot[row];
+  if (slot < 0) return;  // padded row: nothing read or written
+  const int hk = h / vpk, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int tile_rows = (V + vtiles - 1) / vtiles;
+  const ReplaySmem L{K, l.interval, tile_rows};
+  constexpr bool kDual = !std::is_void<RD>::value;
+  using Src = typename std::conditional<kDual, RD, CK>::type;  // what a non-flush step reads
+  const int v_begin = tile * tile_rows, v_end = min(V, v_begin + tile_rows);
+  const long long head_off = (static_cast<long long>(slot) * HV + h) * V * K;
+  {
+    // Start the tile's state on its way into L2 now: the prologue below is a chain of dependent small loads
+    // (fill, ring, weights). A hint only (a dual flush step streams the update copy instead, 1 step in `interval`).
+    const char* tile_src = reinterpret_cast<const char*>(static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) +
+                                                         head_off + static_cast<long long>(v_begin) * K);
+    const int lines = static_cast<int>((static_cast<long long>(v_end - v_begin) * K * sizeof(Src) + 127) / 128);
+    for (int i = tid; i < lines; i += kThreads) asm volatile("prefetch.global.L2 [%0];" ::"l"(tile_src + 128LL * i));
+  }
+
+  if (tid == 0) {  // ring cursor hand-off (see the top of this file)
+    int f = __ldcg(&l.d_fill[slot]);     // L2: the last writer ran on another SM
+    f = min(max(f, 0), l.interval - 1);  // a corrupt cursor must not send ring writes out of bounds
+    s_fill = f;
+    __threadfence();
+    if (atomicAdd(&l.d_arrive[slot], 1) == per_row - 1) {
+      __threadfence();
+      l.d_arrive[slot] = 0;
+      l.d_fill[slot] = f + 1 >= l.interval ? 0 : f + 1;
+    }
+  }
+
+  load_normalised<A>(a, row, hk, smem + L.off_q(), smem + L.off_k(), smem + L.off_red());  // ends in a barrier
+  const Gate gt = gate_of<A>(a, row, h);
+  for (int n = tid; n < K; n += kThreads) smem[L.off_kb() + n] = round_bf16(smem[L.off_k() + n]);
+  const int cap = l.capacity;
+  const float* rG = l.d_ring_G + static_cast<long long>(slot) * cap * HV + h;                               // + e·HV
+  const uint16_t* ru = l.d_ring_u + static_cast<long long>(slot) * cap * HV * V + static_cast<long long>(h) * V;  // + e·HV·V
+  const uint16_t* rk = l.d_ring_k + static_cast<long long>(slot) * cap * HK * K + static_cast<long long>(hk) * K;  // + e·HK·K
+  const int j = s_fill;  // the current token's entry
+  const bool flush = j + 1 == l.interval;
+  const int nent = j + 1;
+  const float G_prev = j > 0 ? rG[static_cast<long long>(j - 1) * HV] : 0.0f;
+  const float G_t = G_prev + gt.g;
+  __syncthreads();  // bf16(k_t) visible
+
+  // Keys of the entries: dots with k_t and q_t (inner route), fp32 copies where the stream needs them (reconstruct
+  // route, and the inner route's flush). One warp per entry, 8 bf16 per lane per 16-byte load.
+  const bool keep_keys = !kInner || flush;
+  const int ldk = ReplaySmem::up4(K);
+  for (int e = warp; e < nent; e += kWarps) {
+    if (!kInner && e == j) break;  // warp-uniform: the reconstruct route needs no dots and no copy of entry j
+    float dk = 0.0f, dq = 0.0f;
+    for (int n = lane * 8; n < K; n += 32 * 8) {
+      float b[8];
+      if (e < j) {
+        const uint4 q = *reinterpret_cast<const uint4*>(rk + static_cast<long long>(e) * HK * K + n);
+        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) b[2 * i] = __uint_as_float(w[i] << 16), b[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+        if (keep_keys) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) smem[L.off_keys() + e * ldk + n + i] = b[i];
+        }
+      } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) b[i] = smem[L.off_kb() + n + i];
+      }
+      if constexpr (kInner) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          dk = fmaf(b[i], smem[L.off_k() + n + i], dk);
+          dq = fmaf(b[i], smem[L.off_q() + n + i], dq);
+        }
+      }
+    }
+    if constexpr (kInner) {
+      dk = row_sum(dk, 32);
+      dq = row_sum(dq, 32);
+      if (lane == 0) smem[L.off_kk() + e] = dk, smem[L.off_kq() + e] = dq;
+    }
+  }
+  __syncthreads();
+  for (int e = tid; e < nent; e += kThreads) {
+    const float Ge = e < j ? rG[static_cast<long long>(e) * HV] : G_t;
+    if constexpr (kInner) {
+      smem[L.off_wk() + e] = e < j ? expf(G_prev - Ge) * smem[L.off_kk() + e] : 0.0f;
+      smem[L.off_wq() + e] = expf(G_t - Ge) * smem[L.off_kq() + e];
+      smem[L.off_wf() + e] = expf(G_t - Ge);
+    } else {
+      smem[L.off_wk() + e] = e < j ? expf(G_prev - Ge) : 0.0f;
+    }
+  }
+  __syncthreads();
+
+  // Per row of the tile: the ring sums (inner) and the weighted u_e the stream folds in (reconstruct; inner flush).
+  for (int i = v_begin + tid; i < v_end; i += kThreads) {
+    const int il = i - v_begin;
+    float ak = 0.0f, aq = 0.0f;
+#pragma unroll 4
+    for (int e = 0; e < j; ++e) {
+      const float ue = bf16_bits_to_float(ru[static_cast<long long>(e) * HV * V + i]);
+      if constexpr (kInner) {
+        ak = fmaf(smem[L.off_wk() + e], ue, ak);
+        aq = fmaf(smem[L.off_wq() + e], ue, aq);
+        if (flush) smem[L.off_uw() + e * tile_rows + il] = smem[L.off_wf() + e] * ue;
+      } else {
+        smem[L.off_uw() + e * tile_rows + il] = smem[L.off_wk() + e] * ue;
+      }
+    }
+    if constexpr (kInner) smem[L.off_rk() + il] = ak, smem[L.off_rq() + il] = aq;
+  }
+  if (!flush) {
+    if (tile == 0 && h % vpk == 0)
+      for (int n = tid; n < K; n += kThreads)
+        l.d_ring_k[static_cast<long long>(slot) * cap * HK * K + (static_cast<long long>(j) * HK + hk) * K + n] =
+            float_to_bf16_bits(smem[L.off_kb() + n]);
+    if (tile == 0 && tid == 0) l.d_ring_G[static_cast<long long>(slot) * cap * HV + static_cast<long long>(j) * HV + h] = G_t;
+  }
+  __syncthreads();
+
+  TileCtx t;
+  t.K = K, t.HV = HV, t.V = V, t.h = h, t.row = row, t.slot = slot, t.cap = cap, t.j = j;
+  t.v_begin = v_begin, t.v_end = v_end;
+  t.os = or_default(a.o_stride, static_cast<long long>(HV) * V);
+  t.dprev = expf(G_prev), t.dt = expf(G_t), t.alpha = gt.alpha, t.beta = gt.beta;
+  t.wq_j = kInner ? smem[L.off_wq() + j] : 0.0f;
+  t.wf_j = kInner ? smem[L.off_wf() + j] : 0.0f;
+  t.o_bf16 = a.o_format == Format::BF16;
+  const A* v = static_cast<const A*>(a.d_v) + row * or_default(a.v_stride, static_cast<long long>(HV) * V) +
+               static_cast<long long>(h) * V;
+  if (!flush) {
+    constexpr int kVec = StateVec<Src>::kVec;
+    t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
+    Src* src = static_cast<Src*>(kDual ? l.d_read : l.d_ckpt) + head_off + t.c * kVec;
+    stream_tile<Src, void, kInner, false, A>(l, t, src, nullptr, v, smem, L);
+  } else {
+    constexpr int kVec = StateVec<CK>::kVec;
+    t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
+    CK* ck = static_cast<CK*>(l.d_ckpt) + head_off + t.c * kVec;
+    if constexpr (kDual) {
+      RD* rd = static_cast<RD*>(l.d_read) + head_off + t.c * kVec;
+      stream_tile<CK, RD, kInner, true, A>(l, t, ck, rd, v, smem, L);
+    } else {
+      stream_tile<CK, void, kInner, true, A>(l, t, ck, nullptr, v, smem, L);
+    }
+  }
+}
+
+template <class A, class CK, class RD>
+void launch_replay(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
+  const long long blocks = static_cast<long long>(l.step.batch) * l.step.dims.HV * vtiles;
+  if (blocks > 0x7FFFFFFFLL) bad_launch("gdn_replay_step", "batch · HV · tiles exceeds the grid limit");
+  const ReplaySmem L{l.step.dims.K, l.interval, (l.step.dims.V + vtiles - 1) / vtiles};
+  const size_t bytes = static_cast<size_t>(L.floats()) * sizeof(float);
+  auto kernel = l.route == GdnRoute::Inner ? gdn_replay_kernel<A, CK, RD, true> : gdn_replay_kernel<A, CK, RD, false>;
+  if (bytes > 48 * 1024) {  // above the default dynamic limit; a cheap attribute set, no synchronisation
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  }
+  kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(l, vtiles);
+  CUDA_CHECK_LAUNCH(stream);
+}
+
+template <class A>
+void dispatch_state(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
+  if (l.dual) {
+    if (l.read_format == Format::BF16)
+      launch_replay<A, float, __nv_bfloat16>(l, vtiles, stream);
+    else
+      launch_replay<A, float, __half>(l, vtiles, stream);
+    return;
+  }
+  switch (l.ckpt_format) {
+    case Format::FP32: launch_replay<A, float, void>(l, vtiles, stream); break;
+    case Format::BF16: launch_replay<A, __nv_bfloat16, void>(l, vtiles, stream); break;
+    default: launch_replay<A, __half, void>(l, vtiles, stream); break;
+  }
+}
+
+}  // namespace gdn
+
+void gdn_replay_step(const GdnReplayLaunch& l, cudaStream_t stream) {
+  const char* what = "gdn_replay_step";
+  gdn::check_step_args(what, l.step);
+  if (l.step.batch == 0) return;
+  if (l.interval < 1 || l.interval > kGdnMaxInterval)
+    gdn::bad_launch(what, "interval must be in 1.." + std::to_string(kGdnMaxInterval) + " (got " +
+                              std::to_string(l.interval) + ")");
+  if (l.capacity < l.interval) gdn::bad_launch(what, "capacity must be >= interval");
+  if (l.route != GdnRoute::Inner && l.route != GdnRoute::Reconstruct) gdn::bad_launch(what, "route must be inner or reconstruct");
+  if (!l.d_ckpt || !l.d_ring_u || !l.d_ring_k || !l.d_ring_G || !l.d_fill || !l.d_arrive)
+    gdn::bad_launch(what, "d_ckpt, d_ring_u, d_ring_k, d_ring_G, d_fill and d_arrive must all be set");
+  if (l.step.dims.K % 8 != 0) gdn::bad_launch(what, "key dim K must be a multiple of 8 (16-byte ring loads of k)");
+  if (reinterpret_cast<uintptr_t>(l.d_ring_k) % 16 != 0) gdn::bad_launch(what, "d_ring_k must be 16-byte aligned");
+  Format streamed;  // the copy whose vector width sets the row layout of non-flush steps (both copies are checked)
+  if (l.dual) {
+    if (l.ckpt_format != Format::FP32) gdn::bad_launch(what, "a dual checkpoint's update copy must be fp32");
+    if (l.read_format != Format::BF16 && l.read_format != Format::FP16)
+      gdn::bad_launch(what, "read_format must be bf16 or fp16 (got " + format_name(l.read_format) + ")");
+    if (!l.d_read) gdn::bad_launch(what, "d_read must be set for a dual checkpoint");
+    gdn::check_state_rows(what, l.step.dims.K, gdn::state_vec(l.read_format), l.d_read);
+    streamed = l.read_format;
+  } else {
+    if (l.ckpt_format != Format::FP32 && l.ckpt_format != Format::BF16 && l.ckpt_format != Format::FP16)
+      gdn::bad_launch(what, "ckpt_format must be fp32, bf16 or fp16 (got " + format_name(l.ckpt_format) + ")");
+    streamed = l.ckpt_format;
+  }
+  gdn::check_state_rows(what, l.step.dims.K, gdn::state_vec(l.ckpt_format), l.d_ckpt);
+  const int vtiles = gdn_v_tiles(l.step.dims, l.step.batch, streamed);
+  if (l.step.act_format == Format::BF16)
+    gdn::dispatch_state<__nv_bfloat16>(l, vtiles, stream);
+  else
+    gdn::dispatch_state<float>(l, vtiles, stream);
+}
+
+}  // namespace rssm
