@@ -3,28 +3,19 @@
 #include <fmt/format.h>
 
 #include "errors.h"
-#include "numeric/philox.h"
 #include "numeric/scaled.h"
 
 namespace rssm {
 
-uint32_t checkpoint_random_bits(uint64_t seed, uint32_t copy_id, long long step, long long i) {
-  const uint64_t block = static_cast<uint64_t>(i) >> 2;
-  const PhiloxBlock r = philox4x32_10(
-      PhiloxBlock{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), static_cast<uint32_t>(step),
-                   copy_id}},
-      static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
-  return r.v[i & 3];
-}
-
-void CheckpointCopy::init(Format fmt, Rounding rnd, long long elems, int row_len, uint32_t copy_id, uint64_t seed) {
+void CheckpointCopy::init(Format fmt, Rounding rnd, long long elems, int row_len, RandomStream stream,
+                          uint64_t seed) {
   if (fmt == Format::INT8 || fmt == Format::E4M3 || fmt == Format::E5M2) {
     if (row_len <= 0) throw InternalError("scaled checkpoint needs a row length");
   }
   fmt_ = fmt;
   rnd_ = rnd;
   row_len_ = row_len;
-  copy_id_ = copy_id;
+  stream_ = stream;
   seed_ = seed;
   values_.assign(static_cast<size_t>(elems), 0.0);
 }
@@ -41,7 +32,7 @@ void CheckpointCopy::store(const double* src, long long off, long long n, long l
   std::vector<uint8_t> codes_;
   if (sr) {
     random_.resize(static_cast<size_t>(n));
-    for (long long i = 0; i < n; ++i) random_[i] = checkpoint_random_bits(seed_, copy_id_, step, off + i);
+    for (long long i = 0; i < n; ++i) random_[i] = state_random_bits(seed_, stream_, step, off + i);
   }
   if (fmt_ == Format::FP64) {
     std::copy(src, src + n, dst);

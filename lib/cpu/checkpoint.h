@@ -1,22 +1,22 @@
 // One stored copy of a recurrent state, in a chosen format, as a kernel would keep it in memory.
 // Values are held dequantised in double (every format here is exactly representable), so decoders read them
 // without caring about the format; block-scaled formats (e4m3, e5m2, int8) keep one fp32 scale per row.
-// Stochastic rounding draws its bits from Philox4x32-10 keyed by the run's seed, with the counter
-// (element index / 4, step, copy id): element i uses word i % 4 of block i / 4, so a GPU kernel storing the same
-// copy at the same step draws the same bits.
+// Stochastic rounding draws its bits through numeric/stochastic.h (Philox4x32-10 keyed by the run's seed, counter
+// (element / 4, step, stream)), so a GPU kernel storing the same copy at the same step draws the same bits.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "numeric/format.h"
+#include "numeric/stochastic.h"
 
 namespace rssm {
 
 class CheckpointCopy {
  public:
   // elems: total values (all sequences and heads); row_len: values per scale row (N for Mamba-2, K for GDN).
-  void init(Format fmt, Rounding rnd, long long elems, int row_len, uint32_t copy_id, uint64_t seed);
+  void init(Format fmt, Rounding rnd, long long elems, int row_len, RandomStream stream, uint64_t seed);
   // Stores src[0..n) (new state values, already computed in the decoder's arithmetic) at element offset `off`,
   // rounded into the format; `step` keys stochastic rounding. off and n are multiples of row_len.
   // Safe to call from several threads for disjoint ranges.
@@ -37,12 +37,10 @@ class CheckpointCopy {
   Format fmt_ = Format::FP32;
   Rounding rnd_ = Rounding::Nearest;
   int row_len_ = 1;
-  uint32_t copy_id_ = 0;
+  RandomStream stream_ = RandomStream::CheckpointUpdate;
   uint64_t seed_ = 0;
   std::vector<double> values_;
 };
 
-// The 32 random bits of element i at `step` for copy `copy_id` (exposed for tests and kernels' cross-checks).
-uint32_t checkpoint_random_bits(uint64_t seed, uint32_t copy_id, long long step, long long i);
 
 }  // namespace rssm

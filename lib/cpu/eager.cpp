@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "errors.h"
+#include "model/formulas.h"
 #include "numeric/arith.h"
 #include "cpu/checkpoint.h"
 
@@ -49,7 +50,7 @@ T EagerDecoder::store(T v, size_t idx) const {
     return v;  // fp64 state
   } else {
     if (fmt_ == Format::FP32) return v;
-    if (rnd_ == Rounding::Stochastic) return round_stochastic(fmt_, v, checkpoint_random_bits(seed_, 2, step_, idx));
+    if (rnd_ == Rounding::Stochastic) return round_stochastic(fmt_, v, state_random_bits(seed_, RandomStream::EagerState, step_, static_cast<long long>(idx)));
     return round_store(fmt_, v);
   }
 }
@@ -81,9 +82,9 @@ void EagerDecoder::step_mamba2(const InputChunk& c, int s, double* y) {
       const float* B = c.at(2, s, q) + static_cast<size_t>(h / hpg) * N;
       const float* C = c.at(3, s, q) + static_cast<size_t>(h / hpg) * N;
       const float* z = p.has_z ? c.at(4, s, q) + static_cast<size_t>(h) * P : nullptr;
-      T delta = softplus<T>(static_cast<T>(c.at(1, s, q)[h]) + static_cast<T>(p.dt_bias[h]));
-      delta = std::fmin(std::fmax(delta, static_cast<T>(p.dt_min)), static_cast<T>(p.dt_max));
-      const T a = std::exp(-std::exp(static_cast<T>(p.A_log[h])) * delta);
+      const T delta = mamba2_delta<T>(static_cast<T>(c.at(1, s, q)[h]), static_cast<T>(p.dt_bias[h]),
+                                      static_cast<T>(p.dt_min), static_cast<T>(p.dt_max));
+      const T a = std::exp(mamba2_log_decay<T>(static_cast<T>(p.A_log[h]), delta));
       const size_t base = q * se + static_cast<size_t>(h) * P * N;
       double* S = state_.data() + base;
       for (int i = 0; i < P; ++i, S += N) {
@@ -95,7 +96,7 @@ void EagerDecoder::step_mamba2(const InputChunk& c, int s, double* y) {
           acc += v * static_cast<T>(C[j]);
         }
         T o = acc + static_cast<T>(p.d_at(h, i)) * static_cast<T>(x[i]);
-        if (z) o *= static_cast<T>(z[i]) / (T(1) + std::exp(-static_cast<T>(z[i])));
+        if (z) o = silu_gate<T>(o, static_cast<T>(z[i]));
         y[q * out + static_cast<size_t>(h) * P + i] = o;
       }
     }
@@ -118,8 +119,8 @@ void EagerDecoder::step_gdn(const InputChunk& c, int s, double* y) {
         sq += static_cast<T>(qi[j]) * static_cast<T>(qi[j]);
         sk += static_cast<T>(ki[j]) * static_cast<T>(ki[j]);
       }
-      const T iq = qscale / std::sqrt(sq + static_cast<T>(p.eps));
-      const T ik = T(1) / std::sqrt(sk + static_cast<T>(p.eps));
+      const T iq = l2norm_factor<T>(sq, static_cast<T>(p.eps), qscale);
+      const T ik = l2norm_factor<T>(sk, static_cast<T>(p.eps), T(1));
       for (int j = 0; j < K; ++j) {
         qn_[off + j] = static_cast<T>(qi[j]) * iq;
         kn_[off + j] = static_cast<T>(ki[j]) * ik;
@@ -131,10 +132,10 @@ void EagerDecoder::step_gdn(const InputChunk& c, int s, double* y) {
       const size_t off = (static_cast<size_t>(q) * p.HK + h / p.values_per_key()) * K;
       const double* kn = &kn_[off];
       const double* qn = &qn_[off];
-      const T g = -std::exp(static_cast<T>(p.A_log[h])) *
-                  softplus<T>(static_cast<T>(c.at(3, s, q)[h]) + static_cast<T>(p.dt_bias[h]));
+      const T g = gdn_log_gate<T>(static_cast<T>(p.A_log[h]), static_cast<T>(c.at(3, s, q)[h]),
+                                  static_cast<T>(p.dt_bias[h]));
       const T alpha = std::exp(g);
-      const T beta = T(1) / (T(1) + std::exp(-static_cast<T>(c.at(4, s, q)[h])));
+      const T beta = sigmoid<T>(static_cast<T>(c.at(4, s, q)[h]));
       const float* v = c.at(2, s, q) + static_cast<size_t>(h) * V;
       const size_t base = q * se + static_cast<size_t>(h) * V * K;
       double* S = state_.data() + base;

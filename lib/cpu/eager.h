@@ -13,7 +13,8 @@ namespace rssm {
 class EagerDecoder : public Decoder {
  public:
   // state_format: fp64, fp32, bf16 or fp16 (an fp8/int8 state needs scales, which eager kernels do not keep).
-  // Stochastic rounding draws bits keyed by (seed, step, element) as checkpoint copies do (copy id 2).
+  // Stochastic rounding draws bits keyed by (seed, step, element) as checkpoint copies do (numeric/stochastic.h,
+  // stream EagerState).
   // out_format: outputs are rounded to it (nearest-even) as a kernel storing y would; fp64 keeps them as computed.
   explicit EagerDecoder(Format state_format, Rounding rounding = Rounding::Nearest, uint64_t seed = 0,
                         Format out_format = Format::FP64);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "errors.h"
+#include "model/formulas.h"
 
 namespace rssm {
 
@@ -111,8 +112,8 @@ void ReplayDecoder::reset(const Model& model, int seqs) {
   const long long elems = static_cast<long long>(seqs) * model.state_elems();
   const bool m2 = model.family == Family::Mamba2;
   const int row = m2 ? model.mamba2.N : model.gdn.K;
-  update_.init(opt_.update_format, opt_.rounding, elems, row, 0, opt_.seed);
-  if (opt_.dual) read_.init(opt_.read_format, opt_.rounding, elems, row, 1, opt_.seed);
+  update_.init(opt_.update_format, opt_.rounding, elems, row, RandomStream::CheckpointUpdate, opt_.seed);
+  if (opt_.dual) read_.init(opt_.read_format, opt_.rounding, elems, row, RandomStream::CheckpointRead, opt_.seed);
   const size_t S = seqs, L = cap_;
   if (m2) {
     const auto& p = model.mamba2;
@@ -204,10 +205,10 @@ void ReplayDecoder::step_mamba2(const InputChunk& c, int s, double* y) {
       const float* xt = c.at(0, s, q) + static_cast<size_t>(h) * P;
       const float* Ct = c.at(3, s, q) + static_cast<size_t>(h / hpg) * N;
       const size_t lh = static_cast<size_t>(q) * L * H + h;  // + e * H for entry e
-      T d = softplus<T>(static_cast<T>(c.at(1, s, q)[h]) + static_cast<T>(p.dt_bias[h]));
-      d = std::fmin(std::fmax(d, static_cast<T>(p.dt_min)), static_cast<T>(p.dt_max));
-      const T A = -std::exp(static_cast<T>(p.A_log[h]));
-      const T lam_t = (j > 0 ? static_cast<T>(lam_[lh + static_cast<size_t>(j - 1) * H]) : T(0)) + A * d;
+      const T d = mamba2_delta<T>(static_cast<T>(c.at(1, s, q)[h]), static_cast<T>(p.dt_bias[h]),
+                                  static_cast<T>(p.dt_min), static_cast<T>(p.dt_max));
+      const T lam_t = (j > 0 ? static_cast<T>(lam_[lh + static_cast<size_t>(j - 1) * H]) : T(0)) +
+                      mamba2_log_decay<T>(static_cast<T>(p.A_log[h]), d);
       delta_[lh + static_cast<size_t>(j) * H] = d;
       lam_[lh + static_cast<size_t>(j) * H] = lam_t;
       double* xj = bx_.data() + ((static_cast<size_t>(q) * L + j) * H + h) * P;
@@ -227,8 +228,7 @@ void ReplayDecoder::step_mamba2(const InputChunk& c, int s, double* y) {
         for (int e = 0; e <= j; ++e) acc += w[e] * static_cast<T>(bx_[((static_cast<size_t>(q) * L + e) * H + h) * P + i]);
         acc += static_cast<T>(p.d_at(h, i)) * static_cast<T>(xt[i]);
         if (p.has_z) {
-          const T z = c.at(4, s, q)[static_cast<size_t>(h) * P + i];
-          acc *= z / (T(1) + std::exp(-z));
+          acc = silu_gate<T>(acc, c.at(4, s, q)[static_cast<size_t>(h) * P + i]);
         }
         yq[i] = acc;
       }
@@ -285,7 +285,8 @@ void ReplayDecoder::step_gdn(const InputChunk& c, int s, double* y) {
         sq += static_cast<T>(qi[i]) * static_cast<T>(qi[i]);
         sk += static_cast<T>(ki[i]) * static_cast<T>(ki[i]);
       }
-      const T iq = qscale / std::sqrt(sq + static_cast<T>(p.eps)), ik = T(1) / std::sqrt(sk + static_cast<T>(p.eps));
+      const T iq = l2norm_factor<T>(sq, static_cast<T>(p.eps), qscale);
+      const T ik = l2norm_factor<T>(sk, static_cast<T>(p.eps), T(1));
       double* qn = qn_.data() + (static_cast<size_t>(q) * HK + hk) * K;
       double* kn = kn_.data() + (static_cast<size_t>(q) * HK + hk) * K;
       double* kj = bB_.data() + ((static_cast<size_t>(q) * L + j) * HK + hk) * K;
@@ -308,10 +309,10 @@ void ReplayDecoder::step_gdn(const InputChunk& c, int s, double* y) {
     for (int h = 0; h < HV; ++h) {
       const int hk = h / vpk;
       const size_t lh = static_cast<size_t>(q) * L * HV + h;
-      const T g = -std::exp(static_cast<T>(p.A_log[h])) *
-                  softplus<T>(static_cast<T>(c.at(3, s, q)[h]) + static_cast<T>(p.dt_bias[h]));
+      const T g = gdn_log_gate<T>(static_cast<T>(p.A_log[h]), static_cast<T>(c.at(3, s, q)[h]),
+                                  static_cast<T>(p.dt_bias[h]));
       const T alpha = std::exp(g);
-      const T beta = T(1) / (T(1) + std::exp(-static_cast<T>(c.at(4, s, q)[h])));
+      const T beta = sigmoid<T>(static_cast<T>(c.at(4, s, q)[h]));
       const T G_prev = j > 0 ? static_cast<T>(lam_[lh + static_cast<size_t>(j - 1) * HV]) : T(0);
       const T G_t = G_prev + g;
       delta_[lh + static_cast<size_t>(j) * HV] = g;

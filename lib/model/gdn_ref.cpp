@@ -5,7 +5,7 @@
 
 #include "errors.h"
 #include "model/gdn.h"
-#include "model/mamba2.h"  // softplus_ref
+#include "model/formulas.h"
 
 namespace rssm {
 
@@ -27,16 +27,16 @@ void GdnParams::validate(const char* where) const {
 
 GdnGate gdn_gate_ref(const GdnParams& p, int h, double a_raw, double b_raw) {
   GdnGate gt;
-  gt.g = -std::exp(p.A_log[h]) * softplus_ref(a_raw + p.dt_bias[h]);
+  gt.g = gdn_log_gate<double>(p.A_log[h], a_raw, p.dt_bias[h]);
   gt.alpha = std::exp(gt.g);
-  gt.beta = 1.0 / (1.0 + std::exp(-b_raw));
+  gt.beta = sigmoid<double>(b_raw);
   return gt;
 }
 
 void gdn_l2norm_ref(const float* v, int K, double eps, double scale, double* out) {
   double ss = 0.0;
   for (int i = 0; i < K; ++i) ss += static_cast<double>(v[i]) * v[i];
-  const double inv = scale / std::sqrt(ss + eps);
+  const double inv = l2norm_factor<double>(ss, eps, scale);
   for (int i = 0; i < K; ++i) out[i] = v[i] * inv;
 }
 

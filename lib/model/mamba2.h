@@ -7,6 +7,8 @@
 #include <limits>
 #include <vector>
 
+#include "model/formulas.h"
+
 namespace rssm {
 
 // One POD-like parameter struct per family, filled once (from a preset, a config or a trace file) and
@@ -33,12 +35,7 @@ struct Mamba2Params {
   void validate(const char* where) const;
 };
 
-// softplus with pass-through above 20, as the published kernels do (log1p(exp(x)) == x in fp32 there), in the
-// caller's arithmetic: double for the reference, float for the emulated kernels.
-template <class T>
-inline T softplus(T x) {
-  return x > T(20) ? x : std::log1p(std::exp(x));
-}
+// softplus (model/formulas.h, shared with the kernels) in double.
 inline double softplus_ref(double x) { return softplus<double>(x); }
 
 // Δ for head h from the raw dt input: softplus(dt + dt_bias), clamped to [dt_min, dt_max].

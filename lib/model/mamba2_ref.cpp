@@ -33,10 +33,7 @@ void Mamba2Params::validate(const char* where) const {
 }
 
 double mamba2_delta_ref(const Mamba2Params& p, int h, double dt_raw) {
-  double d = softplus_ref(dt_raw + p.dt_bias[h]);
-  if (d < p.dt_min) d = p.dt_min;
-  if (d > p.dt_max) d = p.dt_max;
-  return d;
+  return mamba2_delta<double>(dt_raw, p.dt_bias[h], p.dt_min, p.dt_max);
 }
 
 void mamba2_head_step_ref(const Mamba2Params& p, int h, double* state, const float* x, const float* dt,
@@ -62,7 +59,7 @@ void mamba2_head_step_ref(const Mamba2Params& p, int h, double* state, const flo
     double out = acc + p.d_at(h, i) * xi;
     if (z != nullptr) {
       const double zi = z[static_cast<size_t>(h) * P + i];
-      out *= zi / (1.0 + std::exp(-zi));
+      out = silu_gate(out, zi);
     }
     y[static_cast<size_t>(h) * P + i] = out;
   }

@@ -11,6 +11,7 @@
 
 #include "errors.h"
 #include "fuzz_util.h"
+#include "metrics/traffic.h"
 #include "run/config.h"
 #include "run/runner.h"
 #include "run/factory.h"
