@@ -1,0 +1,593 @@
+// GPU tests of the Gated DeltaNet kernels (kernels/gdn/gdn_kernels.h), label `gpu`; each test prints a message and
+// passes when no CUDA device exists. Run: build-cuda/tests/gpu/replayssm_gpu_tests "[gdn]" (or ctest -L gpu), on the
+// H200 from the dist/ bundle (scripts/gpu_run.sh).
+// Every case steps a batch of rows through the kernel and, on the host, through
+//   - the fp64 reference (model/gdn.h, gdn_step_ref on the same inputs, eager in double), and
+//   - a float emulation of the same scheme and route written here (the kernel's order of operations, which is
+//     lib/cpu/replay.cpp's step_gdn / flush_gdn where the kernel follows it; per-row ring fills and slots, which the
+//     CPU decoders do not have),
+// and asserts:
+//   output vs fp64: mean over steps of the per-step mean-over-rows relative 2-norm error <= rel_mean and its max
+//     <= rel_max of metrics/tolerance.h for the judged format (eager: the state's; replay and dual: bf16, the
+//     buffer format of u and k, which is never wider than a checkpoint here);
+//   output vs emulation: kernel error vs fp64 <= 2 x the emulation's + 1e-6 (CONVENTIONS.md's second criterion),
+//     and every step's relative difference to the emulation within `diff_bound` (fp32 eager: 2e-5; fp32 replay:
+//     1e-3, since a last-bit difference of a dot can flip the bf16 rounding of a buffered u; otherwise the judged
+//     format's rel_max);
+//   state: the final state (eager) / last checkpoint (replay) vs fp64 and vs the emulation;
+//   ring: the live entries u_j, k_j (bf16) and G_j (fp32) finite and equal to the emulation's within the same
+//     bounds (u, k are computed values: a flipped bf16 rounding is allowed, a stale or missing entry is not);
+//   bitwise: every active output written (outputs are NaN-poisoned before each launch), padded rows' outputs and
+//     unused pool slots untouched, ring cursors (fill) equal to the emulation's after every step, the arrival
+//     counters back at 0, and a dual read copy equal to numeric/bits.h's rounding of the update copy, code for code.
+// Rows sit at different ring fills in one launch (staggered starts), one row sits out a step mid-run, one row is
+// always padded, slots are a permutation of rows, and the ring starts NaN-poisoned (a stale entry read shows).
+#include <catch2/catch.hpp>
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/cuda_check.h"
+#include "gdn/gdn_kernels.h"
+#include "metrics/tolerance.h"
+#include "model/formulas.h"
+#include "model/gdn.h"
+#include "numeric/bits.h"
+
+using namespace rssm;
+
+namespace {
+
+bool have_device() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    (void)cudaGetLastError();
+    WARN("no CUDA device: GPU test skipped");
+    return false;
+  }
+  return true;
+}
+
+template <class T>
+struct DevBuf {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit DevBuf(size_t count) : n(count) { CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T))); }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  void put(const std::vector<T>& h) { CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice)); }
+  std::vector<T> get() const {
+    std::vector<T> h(n);
+    CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+};
+
+float round_to(Format f, float v) {
+  switch (f) {
+    case Format::BF16: return round_bf16(v);
+    case Format::FP16: return round_fp16(v);
+    default: return v;
+  }
+}
+size_t width(Format f) { return f == Format::FP32 ? 4 : 2; }
+std::vector<uint8_t> encode(Format f, const std::vector<float>& v) {
+  std::vector<uint8_t> out(v.size() * width(f));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (f == Format::FP32) {
+      std::memcpy(&out[4 * i], &v[i], 4);
+    } else {
+      const uint16_t b = f == Format::BF16 ? float_to_bf16_bits(v[i]) : float_to_fp16_bits(v[i]);
+      std::memcpy(&out[2 * i], &b, 2);
+    }
+  }
+  return out;
+}
+std::vector<float> decode(Format f, const std::vector<uint8_t>& b) {
+  const size_t w = width(f);
+  std::vector<float> v(b.size() / w);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (f == Format::FP32) {
+      std::memcpy(&v[i], &b[4 * i], 4);
+    } else {
+      uint16_t u;
+      std::memcpy(&u, &b[2 * i], 2);
+      v[i] = f == Format::BF16 ? bf16_bits_to_float(u) : fp16_bits_to_float(u);
+    }
+  }
+  return v;
+}
+
+template <class TA, class TB>
+double rel_rms(const TA* a, const TB* b, size_t n) {  // ||a - b|| / ||b||, NaN if anything is not finite
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double x = a[i], y = b[i];
+    if (!std::isfinite(x) || !std::isfinite(y)) return NAN;
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  return den == 0 ? (num == 0 ? 0.0 : INFINITY) : std::sqrt(num / den);
+}
+double max_nan(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
+
+enum class Kind { Eager, Replay, Dual };
+
+struct Case {
+  std::string geo;
+  GdnDims dims;
+  Kind kind = Kind::Replay;
+  GdnRoute route = GdnRoute::Inner;
+  Format state = Format::FP32;  // eager state / replay checkpoint (dual: the update copy is fp32)
+  Format read = Format::BF16;   // dual read copy
+  Format act = Format::BF16;
+  Format ofmt = Format::FP32;
+  int interval = 1;
+  std::string name() const {
+    const char* k = kind == Kind::Eager ? "eager" : kind == Kind::Replay ? "replay" : "dual";
+    std::string s = fmt::format("{} {}", geo, k);
+    if (kind != Kind::Eager) s += route == GdnRoute::Inner ? " inner" : " reconstruct";
+    s += " state=" + (kind == Kind::Dual ? "fp32+" + format_name(read) : format_name(state));
+    if (kind != Kind::Eager) s += fmt::format(" K={}", interval);
+    s += " act=" + format_name(act);
+    if (ofmt != Format::FP32) s += " o=" + format_name(ofmt);
+    return s;
+  }
+};
+
+// The float emulation of one slot.
+struct EmuSlot {
+  std::vector<float> ck, rd;      // stored values: checkpoint / eager state, dual read copy  [HV, V, K]
+  std::vector<float> ru, rk, rG;  // ring [cap, HV, V], [cap, HK, K], [cap, HV]
+  int fill = 0;
+  std::vector<double> ref;           // fp64 reference state [HV, V, K]
+  std::vector<double> ref_at_flush;  // the reference state when the checkpoint was last written
+};
+
+float dotf(const float* a, const float* b, int n) {
+  float s = 0;
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+void run_case(const Case& c, uint64_t seed) {
+  const GdnDims d = c.dims;
+  const int HK = d.HK, HV = d.HV, K = d.K, V = d.V, vpk = HV / HK, KI = c.interval;
+  const size_t SE = static_cast<size_t>(HV) * V * K, OUT = static_cast<size_t>(HV) * V,
+               QK = static_cast<size_t>(HK) * K;
+  const bool eager = c.kind == Kind::Eager, dual = c.kind == Kind::Dual;
+  const bool inner = c.route == GdnRoute::Inner;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+
+  // Rows and slots: row r uses slot (2r + 1) mod pool; the last row is always padded; rows start at staggered steps
+  // so their rings sit at different fills in one launch; row 1 sits out one step mid-run.
+  const int rows = 5, pool = 7;
+  std::vector<int> slot_of(rows), start(rows);
+  for (int r = 0; r < rows; ++r) slot_of[r] = r == rows - 1 ? -1 : (2 * r + 1) % pool;
+  const int offs[] = {0, 1, 3, 6, 0};
+  for (int r = 0; r < rows; ++r) start[r] = eager ? 0 : offs[r] % (KI + 1);
+  const int steps = 2 * KI + 1 + 7;
+  const int skip_row = 1, skip_step = KI + 2;
+
+  // Parameters (METHOD.md's realistic ranges): A_log = log U(1, 16), dt_bias = softplus^-1 of a log-uniform dt in
+  // [1e-3, 1e-1]; one head with almost no decay.
+  GdnParams prm;
+  prm.HK = HK, prm.HV = HV, prm.K = K, prm.V = V, prm.eps = 1e-6;
+  std::vector<float> A_log(HV), dt_bias(HV);
+  for (int h = 0; h < HV; ++h) {
+    A_log[h] = std::log(1.0f + 15.0f * uni(rng));
+    const float dt = std::exp(std::log(1e-3f) + uni(rng) * (std::log(1e-1f) - std::log(1e-3f)));
+    dt_bias[h] = std::log(std::expm1(dt));
+  }
+  A_log[HV - 1] = std::log(1e-3f);
+  prm.A_log.assign(A_log.begin(), A_log.end());
+  prm.dt_bias.assign(dt_bias.begin(), dt_bias.end());
+  const float eps = static_cast<float>(prm.eps);
+  DevBuf<float> dA(HV), dBias(HV);
+  dA.put(A_log), dBias.put(dt_bias);
+
+  // Pool: poisoned everywhere (unused slots must stay so), initial states of used slots random in the format.
+  const Format sf = dual ? Format::FP32 : c.state;
+  const size_t sb = width(sf);
+  auto used = [&](int s) {
+    for (int r = 0; r < rows; ++r)
+      if (slot_of[r] == s) return true;
+    return false;
+  };
+  std::vector<float> init_ck(pool * SE);
+  for (auto& v : init_ck) v = round_to(sf, 0.3f * normal(rng));
+  std::vector<uint8_t> ck_bytes = encode(sf, init_ck);
+  for (int s = 0; s < pool; ++s)
+    if (!used(s)) std::memset(&ck_bytes[s * SE * sb], 0xA5, SE * sb);
+  DevBuf<uint8_t> dck(ck_bytes.size());
+  dck.put(ck_bytes);
+  std::unique_ptr<DevBuf<uint8_t>> drd;
+  std::vector<float> init_rd;
+  if (dual) {
+    init_rd.resize(init_ck.size());
+    for (size_t i = 0; i < init_rd.size(); ++i) init_rd[i] = round_to(c.read, init_ck[i]);
+    std::vector<uint8_t> rd_bytes = encode(c.read, init_rd);
+    for (int s = 0; s < pool; ++s)
+      if (!used(s)) std::memset(&rd_bytes[s * SE * 2], 0xA5, SE * 2);
+    drd = std::make_unique<DevBuf<uint8_t>>(rd_bytes.size());
+    drd->put(rd_bytes);
+  }
+  const int cap = KI + 1;  // capacity above the interval: entries past it must never be touched
+  std::vector<EmuSlot> emu(pool);
+  for (int s = 0; s < pool; ++s) {
+    EmuSlot& e = emu[s];
+    e.ck.assign(init_ck.begin() + s * SE, init_ck.begin() + (s + 1) * SE);
+    if (dual) e.rd.assign(init_rd.begin() + s * SE, init_rd.begin() + (s + 1) * SE);
+    e.ref.assign(e.ck.begin(), e.ck.end());
+    e.ref_at_flush = e.ref;
+    e.ru.assign(cap * OUT, 0), e.rk.assign(cap * QK, 0), e.rG.assign(cap * HV, 0);
+  }
+  // Ring, NaN-poisoned; cursors 0; arrival counters 0.
+  DevBuf<uint16_t> dru(pool * cap * OUT), drk(pool * cap * QK);
+  DevBuf<float> drG(pool * cap * HV);
+  DevBuf<int32_t> dfill(pool), darr(pool), dslot(rows);
+  dru.put(std::vector<uint16_t>(dru.n, 0x7FC0));
+  drk.put(std::vector<uint16_t>(drk.n, 0x7FC0));
+  drG.put(std::vector<float>(drG.n, NAN));
+  dfill.put(std::vector<int32_t>(pool, 0));
+  darr.put(std::vector<int32_t>(pool, 0));
+
+  // Step inputs, in the activation format.
+  const size_t aw = width(c.act);
+  DevBuf<uint8_t> dq(rows * QK * aw), dk(rows * QK * aw), dv(rows * OUT * aw), da(rows * HV * aw), db(rows * HV * aw);
+  const size_t ow = width(c.ofmt);
+  DevBuf<uint8_t> dout(rows * OUT * ow);
+  auto upload = [&](DevBuf<uint8_t>& buf, const std::vector<float>& v) { buf.put(encode(c.act, v)); };
+
+  GdnStepArgs a;
+  a.dims = d;
+  a.batch = rows;
+  a.d_slot = dslot.p;
+  a.act_format = c.act;
+  a.d_q = dq.p, a.d_k = dk.p, a.d_v = dv.p, a.d_a = da.p, a.d_b = db.p;
+  a.d_A_log = dA.p, a.d_dt_bias = dBias.p, a.eps = eps;
+  a.d_o = dout.p, a.o_format = c.ofmt;
+  GdnEagerLaunch le;
+  GdnReplayLaunch lr;
+  if (eager) {
+    le.step = a, le.state_format = sf, le.d_state = dck.p;
+  } else {
+    lr.step = a, lr.interval = KI, lr.capacity = cap, lr.route = c.route, lr.ckpt_format = sf, lr.d_ckpt = dck.p;
+    lr.dual = dual, lr.read_format = c.read, lr.d_read = dual ? drd->p : nullptr;
+    lr.d_ring_u = dru.p, lr.d_ring_k = drk.p, lr.d_ring_G = drG.p, lr.d_fill = dfill.p, lr.d_arrive = darr.p;
+  }
+
+  Format judged = eager ? sf : Format::BF16;
+  if (c.ofmt == Format::BF16) judged = Format::BF16;
+  const Tolerance tol = output_tolerance(judged);
+  const bool all_fp32 = sf == Format::FP32 && !dual && c.ofmt == Format::FP32;
+  const double diff_bound = all_fp32 ? (eager ? 2e-5 : 1e-3) : tol.rel_max;
+  double ker_sum = 0, emu_sum = 0, ker_max = 0, diff_max = 0;
+  int measured = 0;
+  long long unwritten = 0, padded_touched = 0, fill_mismatch = 0;
+
+  std::vector<float> q(rows * QK), k(rows * QK), v(rows * OUT), ag(rows * HV), bg(rows * HV);
+  std::vector<double> oref(OUT), oker(OUT);
+  std::vector<float> oemu(OUT), qn(QK), kn(QK), kb(QK), r(K), r2(K);
+  const float qscale = 1.0f / std::sqrt(static_cast<float>(K));
+  for (int step = 0; step < steps; ++step) {
+    const bool a16 = c.act == Format::BF16;
+    auto gen = [&](std::vector<float>& x, float scale, float shift) {
+      for (auto& e : x) e = a16 ? round_bf16(shift + scale * normal(rng)) : shift + scale * normal(rng);
+    };
+    gen(q, 1.0f, 0.0f), gen(k, 1.0f, 0.0f), gen(v, 1.0f, 0.0f), gen(ag, 1.0f, 0.0f), gen(bg, 1.0f, 0.0f);
+    upload(dq, q), upload(dk, k), upload(dv, v), upload(da, ag), upload(db, bg);
+    std::vector<int32_t> slots(rows);
+    for (int rr = 0; rr < rows; ++rr)
+      slots[rr] = (step < start[rr] || (rr == skip_row && step == skip_step)) ? -1 : slot_of[rr];
+    dslot.put(slots);
+    CUDA_CHECK(cudaMemset(dout.p, 0xFF, dout.n));  // NaN in fp32 and bf16
+    if (eager)
+      gdn_eager_step(le, nullptr);
+    else
+      gdn_replay_step(lr, nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<uint8_t> obytes = dout.get();
+    const std::vector<int32_t> fills = eager ? std::vector<int32_t>() : dfill.get();
+
+    double step_ker = 0, step_emu = 0;
+    int active = 0;
+    for (int rr = 0; rr < rows; ++rr) {
+      const int s = slots[rr];
+      if (s < 0) {
+        for (size_t i = 0; i < OUT * ow; ++i) padded_touched += obytes[rr * OUT * ow + i] != 0xFF;
+        continue;
+      }
+      ++active;
+      EmuSlot& e = emu[s];
+      const float* qr = &q[rr * QK];
+      const float* kr = &k[rr * QK];
+      const float* vr = &v[rr * OUT];
+      const float* ar = &ag[rr * HV];
+      const float* br = &bg[rr * HV];
+      gdn_step_ref(prm, e.ref.data(), qr, kr, vr, ar, br, oref.data());
+      for (size_t i = 0; i < OUT; ++i) {
+        if (ow == 4) {
+          float x;
+          std::memcpy(&x, &obytes[(rr * OUT + i) * 4], 4);
+          oker[i] = x;
+        } else {
+          uint16_t u;
+          std::memcpy(&u, &obytes[(rr * OUT + i) * 2], 2);
+          oker[i] = bf16_bits_to_float(u);
+        }
+        unwritten += std::isnan(oker[i]);
+      }
+      // Emulation: normalised q (scaled), k, and the buffered key bf16(k).
+      for (int hk = 0; hk < HK; ++hk) {
+        const float* qi = qr + hk * K;
+        const float* ki = kr + hk * K;
+        float sq = 0, sk = 0;
+        for (int i = 0; i < K; ++i) sq += qi[i] * qi[i], sk += ki[i] * ki[i];
+        const float iq = l2norm_factor<float>(sq, eps, qscale), ik = l2norm_factor<float>(sk, eps, 1.0f);
+        for (int i = 0; i < K; ++i) {
+          qn[hk * K + i] = qi[i] * iq;
+          kn[hk * K + i] = ki[i] * ik;
+          kb[hk * K + i] = round_bf16(kn[hk * K + i]);
+        }
+      }
+      const int j = e.fill;
+      const bool flush = !eager && j + 1 == KI;
+      for (int h = 0; h < HV; ++h) {
+        const int hk = h / vpk;
+        const float* kh = &kn[hk * K];
+        const float* qh = &qn[hk * K];
+        const float* kbh = &kb[hk * K];
+        const float g = gdn_log_gate<float>(A_log[h], ar[h], dt_bias[h]);
+        const float alpha = std::exp(g), beta = sigmoid<float>(br[h]);
+        if (eager) {
+          for (int i = 0; i < V; ++i) {
+            float* S = &e.ck[(static_cast<size_t>(h) * V + i) * K];
+            const float kv = dotf(S, kh, K);
+            const float u = beta * (vr[h * V + i] - alpha * kv);
+            for (int n = 0; n < K; ++n) S[n] = round_to(sf, alpha * S[n] + u * kh[n]);
+            oemu[h * V + i] = round_to(c.ofmt, dotf(S, qh, K));
+          }
+          continue;
+        }
+        const float G_prev = j > 0 ? e.rG[(j - 1) * HV + h] : 0.0f, G_t = G_prev + g;
+        const float dprev = std::exp(G_prev), dt = std::exp(G_t);
+        auto key = [&](int x) { return x < j ? &e.rk[(x * HK + hk) * K] : kbh; };
+        auto Gof = [&](int x) { return x < j ? e.rG[x * HV + h] : G_t; };
+        std::vector<float> wk(j + 1), wq(j + 1), wf(j + 1);
+        for (int x = 0; x <= j; ++x) {
+          wk[x] = x < j ? std::exp(G_prev - Gof(x)) * (inner ? dotf(key(x), kh, K) : 1.0f) : 0.0f;
+          wq[x] = std::exp(G_t - Gof(x)) * dotf(key(x), qh, K);
+          wf[x] = std::exp(G_t - Gof(x));
+        }
+        const std::vector<float>& src = dual && !flush ? e.rd : e.ck;
+        std::vector<float> newrows(flush ? static_cast<size_t>(V) * K : 0);
+        for (int i = 0; i < V; ++i) {
+          const float* S = &src[(static_cast<size_t>(h) * V + i) * K];
+          auto u_at = [&](int x) { return e.ru[(x * HV + h) * V + i]; };
+          float uj, o;
+          if (inner) {
+            float rk = 0, rq = 0;
+            for (int x = 0; x < j; ++x) rk += wk[x] * u_at(x), rq += wq[x] * u_at(x);
+            uj = round_bf16(beta * (vr[h * V + i] - alpha * (dprev * dotf(S, kh, K) + rk)));
+            o = dt * dotf(S, qh, K) + rq + wq[j] * uj;
+            if (flush) {
+              for (int n = 0; n < K; ++n) {
+                float acc = dt * S[n];
+                for (int x = 0; x < j; ++x) acc += (wf[x] * u_at(x)) * key(x)[n];
+                acc += (wf[j] * uj) * kbh[n];
+                newrows[static_cast<size_t>(i) * K + n] = acc;
+              }
+            }
+          } else {
+            for (int n = 0; n < K; ++n) r[n] = dprev * S[n];
+            for (int x = 0; x < j; ++x) {
+              const float w = wk[x] * u_at(x);
+              for (int n = 0; n < K; ++n) r[n] += w * key(x)[n];
+            }
+            uj = round_bf16(beta * (vr[h * V + i] - alpha * dotf(r.data(), kh, K)));
+            for (int n = 0; n < K; ++n) r2[n] = alpha * r[n] + uj * kbh[n];
+            o = dotf(r2.data(), qh, K);
+            if (flush) std::copy(r2.begin(), r2.end(), newrows.begin() + static_cast<size_t>(i) * K);
+          }
+          oemu[h * V + i] = round_to(c.ofmt, o);
+          if (!flush) e.ru[(j * HV + h) * V + i] = uj;
+        }
+        if (flush) {
+          for (size_t x = 0; x < newrows.size(); ++x) {
+            const size_t at = static_cast<size_t>(h) * V * K + x;
+            e.ck[at] = round_to(sf, newrows[x]);
+            if (dual) e.rd[at] = round_to(c.read, e.ck[at]);
+          }
+        } else {
+          e.rG[j * HV + h] = G_t;
+          if (h % vpk == 0) std::copy(kbh, kbh + K, e.rk.begin() + (j * HK + hk) * K);
+        }
+      }
+      if (!eager) {
+        e.fill = flush ? 0 : j + 1;
+        if (flush) e.ref_at_flush = e.ref;
+        fill_mismatch += fills[s] != e.fill;
+      }
+      step_ker += rel_rms(oker.data(), oref.data(), OUT);
+      step_emu += rel_rms(oemu.data(), oref.data(), OUT);
+      diff_max = max_nan(diff_max, rel_rms(oker.data(), oemu.data(), OUT));
+    }
+    if (active > 0) {
+      ker_sum += step_ker / active, emu_sum += step_emu / active;
+      ker_max = max_nan(ker_max, step_ker / active);
+      ++measured;
+    }
+  }
+  const double ker_mean = ker_sum / measured, emu_mean = emu_sum / measured;
+
+  // Final state: eager state / last checkpoint, against the emulation and fp64; untouched slots; dual read copy;
+  // the live ring entries.
+  const std::vector<uint8_t> ck_now_bytes = dck.get();
+  const std::vector<float> ck_now = decode(sf, ck_now_bytes);
+  const std::vector<uint8_t> rd_now = dual ? drd->get() : std::vector<uint8_t>();
+  const std::vector<uint16_t> ru_now = eager ? std::vector<uint16_t>() : dru.get();
+  const std::vector<uint16_t> rk_now = eager ? std::vector<uint16_t>() : drk.get();
+  const std::vector<float> rG_now = eager ? std::vector<float>() : drG.get();
+  double st_ref = 0, st_emu = 0, ring_u_diff = 0, ring_k_diff = 0, ring_G_diff = 0;
+  long long untouched_bad = 0, read_copy_bad = 0;
+  for (int s = 0; s < pool; ++s) {
+    if (!used(s)) {
+      for (size_t i = 0; i < SE * sb; ++i) untouched_bad += ck_now_bytes[s * SE * sb + i] != 0xA5;
+      if (dual)
+        for (size_t i = 0; i < SE * 2; ++i) untouched_bad += rd_now[s * SE * 2 + i] != 0xA5;
+      if (!eager) {
+        for (size_t i = 0; i < cap * OUT; ++i) untouched_bad += ru_now[s * cap * OUT + i] != 0x7FC0;
+        for (size_t i = 0; i < cap * QK; ++i) untouched_bad += rk_now[s * cap * QK + i] != 0x7FC0;
+        for (size_t i = 0; i < static_cast<size_t>(cap) * HV; ++i) untouched_bad += !std::isnan(rG_now[s * cap * HV + i]);
+      }
+      continue;
+    }
+    const EmuSlot& e = emu[s];
+    const std::vector<double>& ref = eager ? e.ref : e.ref_at_flush;
+    st_ref = max_nan(st_ref, rel_rms(&ck_now[s * SE], ref.data(), SE));
+    st_emu = max_nan(st_emu, rel_rms(&ck_now[s * SE], e.ck.data(), SE));
+    if (dual) {
+      for (size_t i = 0; i < SE; ++i) {
+        uint16_t u;
+        std::memcpy(&u, &rd_now[(s * SE + i) * 2], 2);
+        const float upd = ck_now[s * SE + i];
+        read_copy_bad += u != (c.read == Format::BF16 ? float_to_bf16_bits(upd) : float_to_fp16_bits(upd));
+      }
+    }
+    if (!eager && e.fill > 0) {  // live entries 0 .. fill-1
+      const size_t nu = e.fill * OUT, nk = e.fill * QK, ng = static_cast<size_t>(e.fill) * HV;
+      std::vector<float> u_k(nu), k_k(nk);
+      for (size_t i = 0; i < nu; ++i) u_k[i] = bf16_bits_to_float(ru_now[s * cap * OUT + i]);
+      for (size_t i = 0; i < nk; ++i) k_k[i] = bf16_bits_to_float(rk_now[s * cap * QK + i]);
+      ring_u_diff = max_nan(ring_u_diff, rel_rms(u_k.data(), e.ru.data(), nu));
+      ring_k_diff = max_nan(ring_k_diff, rel_rms(k_k.data(), e.rk.data(), nk));
+      ring_G_diff = max_nan(ring_G_diff, rel_rms(&rG_now[s * cap * HV], e.rG.data(), ng));
+    }
+  }
+  long long arrive_bad = 0;
+  if (!eager)
+    for (int32_t x : darr.get()) arrive_bad += x != 0;
+
+  // State bounds: eager fp32 as the outputs; a replay checkpoint carries the bf16 rounding of every buffered u.
+  const double state_ref_bound =
+      eager ? (sf == Format::FP32 ? 1e-5 : output_tolerance(sf).rel_max) : output_tolerance(Format::BF16).rel_max;
+  const double state_emu_bound = sf == Format::FP32 && !dual ? (eager ? 2e-5 : 1e-3) : output_tolerance(sf).rel_max;
+  fmt::print("{:<60} out err mean {:.2e} (emu {:.2e}, {:.0f}% of budget) max {:.2e} | vs emu {:.1e} | state vs fp64 "
+             "{:.1e} vs emu {:.1e} | ring u {:.1e} k {:.1e} G {:.1e}\n",
+             c.name(), ker_mean, emu_mean, 100.0 * ker_mean / tol.rel_mean, ker_max, diff_max, st_ref, st_emu,
+             ring_u_diff, ring_k_diff, ring_G_diff);
+  INFO(c.name() << ": kernel error mean " << ker_mean << " max " << ker_max << ", emulation mean " << emu_mean
+                << ", max difference to the emulation " << diff_max << " (bound " << diff_bound << "), state vs fp64 "
+                << st_ref << " vs emulation " << st_emu << ", ring u " << ring_u_diff << " k " << ring_k_diff << " G "
+                << ring_G_diff);
+  CHECK(unwritten == 0);
+  CHECK(padded_touched == 0);
+  CHECK(untouched_bad == 0);
+  CHECK(fill_mismatch == 0);
+  CHECK(arrive_bad == 0);
+  CHECK(read_copy_bad == 0);
+  CHECK(ring_u_diff <= 1e-3);
+  CHECK(ring_k_diff <= 1e-3);
+  CHECK(ring_G_diff <= 1e-5);
+  CHECK(ker_mean <= tol.rel_mean);
+  CHECK(ker_max <= tol.rel_max);
+  CHECK(ker_mean <= 2.0 * emu_mean + 1e-6);
+  CHECK(diff_max <= diff_bound);
+  CHECK(st_emu <= state_emu_bound);
+  CHECK(st_ref <= state_ref_bound);
+}
+
+GdnDims small() { return {2, 4, 16, 16}; }
+GdnDims qwen4b() { return {16, 32, 128, 128}; }
+GdnDims qwen122b() { return {16, 64, 128, 128}; }
+
+uint64_t seed_for(const Case& c) { return std::hash<std::string>{}(c.name()) ^ Catch::rngSeed(); }
+
+}  // namespace
+
+TEST_CASE("gdn cuda eager: every state and activation format, small geometry", "[gpu][gdn][eager]") {
+  if (!have_device()) return;
+  for (Format s : {Format::FP32, Format::BF16, Format::FP16})
+    for (Format act : {Format::BF16, Format::FP32}) {
+      Case c;
+      c.geo = "small", c.dims = small(), c.kind = Kind::Eager, c.state = s, c.act = act;
+      c.ofmt = s == Format::BF16 && act == Format::BF16 ? Format::BF16 : Format::FP32;
+      run_case(c, seed_for(c));
+    }
+}
+
+TEST_CASE("gdn cuda eager: Qwen3.5 geometries", "[gpu][gdn][eager]") {
+  if (!have_device()) return;
+  for (auto [geo, dims] : {std::pair{"qwen35-4b", qwen4b()}, std::pair{"qwen35-122b", qwen122b()}})
+    for (Format s : {Format::FP32, Format::BF16}) {
+      Case c;
+      c.geo = geo, c.dims = dims, c.kind = Kind::Eager, c.state = s;
+      run_case(c, seed_for(c));
+    }
+}
+
+TEST_CASE("gdn cuda replay: shared checkpoint, both routes, every interval, small geometry", "[gpu][gdn][replay]") {
+  if (!have_device()) return;
+  for (int K : {1, 4, 16, 32})
+    for (GdnRoute route : {GdnRoute::Inner, GdnRoute::Reconstruct})
+      for (Format s : {Format::FP32, Format::BF16, Format::FP16}) {
+        Case c;
+        c.geo = "small", c.dims = small(), c.kind = Kind::Replay, c.route = route, c.state = s, c.interval = K;
+        c.act = (K == 4 || K == 32) ? Format::FP32 : Format::BF16;
+        c.ofmt = (K == 16 && s == Format::BF16) ? Format::BF16 : Format::FP32;
+        run_case(c, seed_for(c));
+      }
+}
+
+TEST_CASE("gdn cuda dual: fp32 update + bf16/fp16 read copy, both routes, every interval, small geometry",
+          "[gpu][gdn][dual]") {
+  if (!have_device()) return;
+  for (int K : {1, 4, 16, 32})
+    for (GdnRoute route : {GdnRoute::Inner, GdnRoute::Reconstruct})
+      for (Format r : {Format::BF16, Format::FP16}) {
+        Case c;
+        c.geo = "small", c.dims = small(), c.kind = Kind::Dual, c.route = route, c.read = r, c.interval = K;
+        c.act = K == 4 ? Format::FP32 : Format::BF16;
+        run_case(c, seed_for(c));
+      }
+}
+
+TEST_CASE("gdn cuda replay and dual: Qwen3.5-4B and Qwen3.5-122B, both routes", "[gpu][gdn][replay][dual]") {
+  if (!have_device()) return;
+  for (auto [geo, dims] : {std::pair{"qwen35-4b", qwen4b()}, std::pair{"qwen35-122b", qwen122b()}})
+    for (int K : {1, 4, 16, 32})
+      for (GdnRoute route : {GdnRoute::Inner, GdnRoute::Reconstruct}) {
+        Case c;
+        c.geo = geo, c.dims = dims, c.kind = Kind::Replay, c.route = route, c.state = Format::FP32, c.interval = K;
+        run_case(c, seed_for(c));
+        if (K == 16) {
+          c.state = Format::BF16;
+          run_case(c, seed_for(c));
+        }
+        Case dcase = c;
+        dcase.kind = Kind::Dual, dcase.state = Format::FP32, dcase.read = Format::BF16;
+        run_case(dcase, seed_for(dcase));
+      }
+}
+
+TEST_CASE("gdn cuda launchers reject bad launch structs with a message naming the field", "[gpu][gdn]") {
+  if (!have_device()) return;
+  GdnReplayLaunch l;
+  l.step.dims = small();
+  l.step.batch = 1;
+  CHECK_THROWS_WITH(gdn_replay_step(l, nullptr), Catch::Contains("d_slot"));
+  GdnEagerLaunch e;
+  e.step.dims = {3, 4, 16, 16};
+  e.step.batch = 1;
+  CHECK_THROWS_WITH(gdn_eager_step(e, nullptr), Catch::Contains("multiple of HK"));
+}
