@@ -1,11 +1,14 @@
 // The CUDA backend of a CUDA build: a point runs when the machine has a device and a kernel exists for its scheme.
 // Kernels plug in here: make_cuda_decoder builds their decoder, and cuda_unavailable_reason stops saying
 // "no CUDA kernel" for the schemes they cover. Plain C++ against the CUDA runtime API (no device code here).
+// Covered now: the Mamba-2 kernels (kernels/mamba2/mamba2_decoder.h). A Scheme does not name its layer's family, so
+// a GDN layer reaches the Mamba-2 decoder, whose reset() refuses it with a config error (not a skip).
 #include "cuda_backend.h"
 
 #include <cuda_runtime.h>
 
 #include "errors.h"
+#include "mamba2/mamba2_decoder.h"
 
 namespace rssm {
 
@@ -22,21 +25,20 @@ bool have_device() {
   return have;
 }
 
-// Whether a kernel exists for the scheme. None yet: the Mamba-2 eager and replay kernels (kernels/mamba2) plug in
-// here when their decoder lands.
-bool have_kernel(const Scheme&) { return false; }
+// Why no kernel covers the scheme ("" when one does): the Mamba-2 decoder's list of what its kernels implement.
+std::string kernel_unavailable_reason(const Scheme& scheme) { return mamba2_cuda_unsupported(scheme); }
 
 }  // namespace
 
 std::string cuda_unavailable_reason(const Scheme& scheme) {
   if (!have_device()) return "no CUDA device on this machine";
-  if (!have_kernel(scheme)) return "no CUDA kernel for " + scheme.decoder_name() + " yet";
-  return "";
+  return kernel_unavailable_reason(scheme);
 }
 
-std::unique_ptr<Decoder> make_cuda_decoder(const Scheme& scheme, uint64_t) {
+std::unique_ptr<Decoder> make_cuda_decoder(const Scheme& scheme, uint64_t seed) {
   const std::string why = cuda_unavailable_reason(scheme);
-  throw InternalError("make_cuda_decoder(" + scheme.name() + "): " + (why.empty() ? "no decoder wired" : why));
+  if (!why.empty()) throw InternalError("make_cuda_decoder(" + scheme.name() + "): " + why);
+  return make_mamba2_cuda_decoder(scheme, seed);
 }
 
 }  // namespace rssm
