@@ -90,5 +90,48 @@ if [ -n "${GPU_RUN_SANITIZE:-}" ]; then
   [ $rc -eq 0 ] || status=1
 fi
 
+# ---- GDN (issue 11): kernel benchmark with its targets table, and ncu DRAM bytes under GPU_RUN_NCU ----
+#   GPU_RUN_SKIP_GDN=1 leaves it out; GPU_RUN_GDN_BENCH_ARGS="--full" (or --preset=qwen35-122b, a filter ...) passes
+#   flags. The GDN GPU tests run with the others above ("[gpu]"; "[gdn]" alone: replayssm_gpu_tests "[gdn]").
+#   Outputs: $OUT/bench_gdn_cuda.json (+ .log, whose end is the targets table, copied into summary.txt),
+#   $OUT/ncu_gdn_*.csv.
+gdn_bench="$bin/bench_gdn_cuda"
+if [ -f "$gdn_bench" ] && [ ! -x "$gdn_bench" ]; then chmod +x "$gdn_bench"; fi
+if [ -z "${GPU_RUN_SKIP_GDN:-}" ] && [ -z "${GPU_RUN_SKIP_BENCH:-}" ]; then
+  if [ -x "$gdn_bench" ]; then
+    start=$(date +%s)
+    # shellcheck disable=SC2086
+    "$gdn_bench" ${GPU_RUN_GDN_BENCH_ARGS:-} --benchmark_out="$OUT/bench_gdn_cuda.json" --benchmark_out_format=json \
+      --benchmark_counters_tabular=true >"$OUT/bench_gdn_cuda.log" 2>&1
+    rc=$?
+    note "gdn benchmark: exit $rc in $(( $(date +%s) - start )) s (bench_gdn_cuda.json, .log)"
+    grep -E "ceilings|_median" "$OUT/bench_gdn_cuda.log" | head -200 >>"$summary"
+    sed -n '/^bench_gdn_cuda targets/,$p' "$OUT/bench_gdn_cuda.log" | tee -a "$summary"
+    [ $rc -eq 0 ] || status=1
+  else
+    note "gdn benchmark: $gdn_bench missing"; status=1
+  fi
+fi
+if [ -z "${GPU_RUN_SKIP_GDN:-}" ] && [ -n "${GPU_RUN_NCU:-}" ]; then
+  if command -v ncu >/dev/null && [ -x "$gdn_bench" ]; then
+    # One case each at batch 256 (K=16) under --once; --benchmark_filter picks the case by its name (which ends in
+    # /iterations:1/repeats:1/manual_time: hence the trailing '/'), ncu's -k the step kernel by its function name.
+    for what in "eager/fp32/batch:256/" "replay/inner/fp32/K16/nonflush/batch:256/" \
+                "replay/inner/fp32/K16/flush/batch:256/" "replay/reconstruct/fp32/K16/nonflush/batch:256/" \
+                "dual/inner/fp32\\+bf16/K16/nonflush/batch:256/" "dual/inner/fp32\\+bf16/K16/flush/batch:256/"; do
+      tag=gdn_$(echo "$what" | tr -c 'A-Za-z0-9\n' '_')
+      case "$what" in eager*) kern=gdn_eager_kernel ;; *) kern=gdn_replay_kernel ;; esac
+      ncu --clock-control none --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
+        -k "regex:$kern" --launch-count 3 --csv "$gdn_bench" --once --benchmark_filter="$what" \
+        >"$OUT/ncu_$tag.csv" 2>"$OUT/ncu_$tag.err"
+      rc=$?
+      note "ncu gdn $what: exit $rc (ncu_$tag.csv; compare with the case's 'bytes' counter in bench_gdn_cuda.json)"
+      grep -E "dram__bytes|gpu__time" "$OUT/ncu_$tag.csv" | head -6 >>"$summary"
+    done
+  else
+    note "ncu (gdn): not found (or no benchmark binary): skipped"
+  fi
+fi
+
 note "gpu_run: done, exit $status"
 exit $status
