@@ -53,7 +53,9 @@ void require_bits(Rounding rnd, const uint32_t* r) {
 
 }  // namespace
 
-float block_scale(Format f, const float* row, size_t n) { return scale_from_amax(f, finite_amax(row, n)); }
+float block_scale(Format f, const float* row, size_t n) {
+  return block_scale_from_amax(finite_amax(row, n), scaled_format_max(f));
+}
 float block_scale(Format f, const double* row, size_t n) { return scale_from_amax(f, finite_amax(row, n)); }
 
 uint8_t encode_scaled_value(Format f, float v) {

@@ -20,10 +20,13 @@
 // Non-finite inputs: NaN -> the NaN code; ±inf -> ±448 (e4m3), ±inf (e5m2), ±127 (int8).
 #pragma once
 
+#include <cfloat>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
 #include "numeric/format.h"
+#include "numeric/hd.h"
 
 namespace rssm {
 
@@ -31,6 +34,17 @@ namespace rssm {
 bool is_scaled_format(Format f);
 // fmax above; throws ConfigError naming the format for formats without block scales.
 float scaled_format_max(Format f);
+
+// The scale rule above from a row's largest finite magnitude, in fp32 as a kernel computes it (shared with the
+// kernels: docs/fp_contract.md). fmax: scaled_format_max of the format.
+RSSM_HD inline float block_scale_from_amax(float amax, float fmax) {
+  if (amax == 0.0f) return 1.0f;
+  float s = amax / fmax;
+  if (s < FLT_MIN) s = FLT_MIN;
+  // The quotient may round down so that amax / s exceeds fmax by an ulp: step the scale up until it does not.
+  while (amax / s > fmax && s < FLT_MAX) s = std::nextafter(s, FLT_MAX);
+  return s;
+}
 
 // The scale rule above for one row of n values.
 float block_scale(Format f, const float* row, size_t n);
