@@ -11,8 +11,12 @@
 #                                       SANITIZER_TOOLS="memcheck racecheck initcheck synccheck" for all four)
 #   GPU_RUN_BENCH_ARGS="--full" scripts/gpu_run.sh      benchmark flags (--full, --preset=NAME, --z, a filter ...)
 #   GPU_RUN_SKIP_TESTS=1 / GPU_RUN_SKIP_BENCH=1         leave a part out
+#   GPU_RUN_CLI=1 scripts/gpu_run.sh    + `replayssm run` of configs/gpu/*.ini (scheme.backend = cpu, cuda) into
+#                                       $OUT/<config>.h5 (+ .log, .inspect.txt); fails if a cuda point was skipped.
+#                                       GPU_RUN_CLI_CONFIGS="configs/gpu/x.ini ..." picks configs (default: the
+#                                       tiny_hybrid comparison, ~10 s, and the Super-120B 8192-step layer, minutes)
 # Outputs: $OUT/gpu_tests.log, $OUT/bench_mamba2_cuda.json (+ .log), $OUT/ncu_*.csv,
-# $OUT/sanitize-*.log, $OUT/summary.txt (what ran, exit codes, GPU and driver).
+# $OUT/sanitize-*.log, $OUT/<config>.h5 (GPU_RUN_CLI), $OUT/summary.txt (what ran, exit codes, GPU and driver).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu_out}"
@@ -23,7 +27,8 @@ bin=dist/bin
 [ -d "$bin" ] || bin=build-cuda/bin_missing
 tests="$bin/replayssm_gpu_tests"
 bench="$bin/bench_mamba2_cuda"
-for f in "$tests" "$bench"; do
+cli="$bin/replayssm"
+for f in "$tests" "$bench" "$cli"; do
   if [ -f "$f" ] && [ ! -x "$f" ]; then chmod +x "$f"; fi  # a copy that lost its mode bit
 done
 summary="$OUT/summary.txt"
@@ -88,6 +93,29 @@ if [ -n "${GPU_RUN_SANITIZE:-}" ]; then
   note "compute-sanitizer (${SANITIZER_TOOLS:-memcheck}): exit $rc (sanitize.log, sanitize-<tool>.log)"
   tail -2 "$OUT/sanitize.log" | tee -a "$summary"
   [ $rc -eq 0 ] || status=1
+fi
+
+if [ -n "${GPU_RUN_CLI:-}" ]; then
+  if [ -x "$cli" ]; then
+    for cfg in ${GPU_RUN_CLI_CONFIGS:-configs/gpu/mamba2_cpu_vs_cuda.ini configs/gpu/mamba2_super120b_8192.ini}; do
+      name=$(basename "$cfg" .ini)
+      start=$(date +%s)
+      # Twins share a batch (one reference); --jobs runs batches side by side, each with its share of the cores.
+      "$cli" run "$cfg" -o "$OUT/$name.h5" --jobs "${GPU_RUN_CLI_JOBS:-2}" --quiet >"$OUT/$name.log" 2>&1
+      rc=$?
+      note "replayssm run $cfg: exit $rc in $(( $(date +%s) - start )) s ($name.h5, $name.log)"
+      "$cli" inspect "$OUT/$name.h5" >"$OUT/$name.inspect.txt" 2>&1 || note "replayssm inspect $name.h5 failed"
+      cat "$OUT/$name.log" >>"$summary"
+      # A cuda point skipped for a CUDA reason (no device, no kernel) means the comparison did not happen.
+      if grep -E "^skipping .*: .*CUDA" "$OUT/$name.log" >/dev/null; then
+        note "$name: cuda points were skipped:"; grep -E "^skipping .*: .*CUDA" "$OUT/$name.log" | tee -a "$summary"
+        rc=1
+      fi
+      [ $rc -eq 0 ] || status=1
+    done
+  else
+    note "replayssm run: $cli missing"; status=1
+  fi
 fi
 
 # ---- GDN (issue 11): kernel benchmark with its targets table, and ncu DRAM bytes under GPU_RUN_NCU ----
