@@ -149,7 +149,9 @@ for t in "${targets[@]}"; do
       break
     fi
     if [ "$mode" = ci ]; then
-      done_runs=$(grep -oE '^#[0-9]+' "$log.part" | tail -1 | tr -d '#')
+      # libFuzzer prints its final stats on a crash too; the last progress line is the fallback.
+      done_runs=$(sed -nE 's/^stat::number_of_executed_units: *([0-9]+).*/\1/p' "$log.part" | tail -1)
+      [ -n "$done_runs" ] || done_runs=$(grep -oE '^#[0-9]+' "$log.part" | tail -1 | tr -d '#')
       left=$(( ${budget[0]#-runs=} - ${done_runs:-0} ))
       [ $left -gt 0 ] || { rc=0; break; }
       opts[0]="-runs=$left"
