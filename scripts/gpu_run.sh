@@ -106,6 +106,8 @@ if [ -n "${GPU_RUN_CLI:-}" ]; then
       note "replayssm run $cfg: exit $rc in $(( $(date +%s) - start )) s ($name.h5, $name.log)"
       "$cli" inspect "$OUT/$name.h5" >"$OUT/$name.inspect.txt" 2>&1 || note "replayssm inspect $name.h5 failed"
       cat "$OUT/$name.log" >>"$summary"
+      # Each run's decoder and the min / mean / max over steps of its difference from its cpu twin.
+      grep -E "^  run_|backend_diff_rel_max" "$OUT/$name.inspect.txt" | cut -c1-150 >>"$summary"
       # A cuda point skipped for a CUDA reason (no device, no kernel) means the comparison did not happen.
       if grep -E "^skipping .*: .*CUDA" "$OUT/$name.log" >/dev/null; then
         note "$name: cuda points were skipped:"; grep -E "^skipping .*: .*CUDA" "$OUT/$name.log" | tee -a "$summary"
