@@ -225,6 +225,25 @@ __global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l,
     const int lines = static_cast<int>((static_cast<long long>(v_end - v_begin) * K * sizeof(Src) + 127) / 128);
     for (int i = tid; i < lines; i += kThreads) asm volatile("prefetch.global.L2 [%0];" ::"l"(tile_src + 128LL * i));
   }
+  if (vtiles > 1) {
+    // Small batch (the value dim is split): the step is latency-bound, a chain of dependent loads (fill, G_{j−1},
+    // keys, u rows). Send every entry that may be live (0 .. interval−2) to L2 with the state, so the chain runs on
+    // L2 hits. At serving batch (one tile) this would add ring bytes that are not live, so it is left out there.
+    const int cap = l.capacity, ents = l.interval - 1;
+    const char* ub = reinterpret_cast<const char*>(l.d_ring_u + static_cast<long long>(slot) * cap * HV * V +
+                                                   static_cast<long long>(h) * V + v_begin);
+    const char* kb = reinterpret_cast<const char*>(l.d_ring_k + static_cast<long long>(slot) * cap * HK * K +
+                                                   static_cast<long long>(hk) * K);
+    const char* gb = reinterpret_cast<const char*>(l.d_ring_G + static_cast<long long>(slot) * cap * HV + h);
+    const int ulines = (tile_rows * 2 + 127) / 128, klines = (K * 2 + 127) / 128, items = ulines + klines + 1;
+    for (int i = tid; i < ents * items; i += kThreads) {
+      const int e = i / items, r = i % items;
+      const char* p = r < ulines ? ub + static_cast<long long>(e) * HV * V * 2 + 128LL * r
+                      : r < ulines + klines ? kb + static_cast<long long>(e) * HK * K * 2 + 128LL * (r - ulines)
+                                            : gb + static_cast<long long>(e) * HV * 4;
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+    }
+  }
 
   if (tid == 0) {  // ring cursor hand-off (see the top of this file)
     int f = __ldcg(&l.d_fill[slot]);     // L2: the last writer ran on another SM
