@@ -6,6 +6,7 @@
 #include <hdf5_hl.h>
 
 #include "io/h5.h"
+#include "io/results.h"
 #include "test_util.h"
 
 using namespace rssm;
@@ -91,6 +92,24 @@ TEST_CASE("cli: synth -> run -> inspect, result structure and values", "[cli]") 
   CHECK(h5::get_attr_string(g, "decoder", result) == "eager");
   CHECK(h5::read_strings(f, "summary/decoder_name", result).size() == 3);
   CHECK(h5::get_attr_string(g, "state_format", result) == "bf16");
+  // Counts are stored as integers, formats as text, in /summary and the run attributes (issue 13): a notebook
+  // selects and plots against the interval without casting.
+  auto type_class = [](hid_t obj_type) {
+    h5::Handle t(obj_type);
+    return H5Tget_class(t);
+  };
+  for (const char* col : {"interval", "buffer_len"}) {
+    h5::Handle c(H5Dopen2(f, (std::string("summary/") + col).c_str(), H5P_DEFAULT));
+    CHECK(type_class(H5Dget_type(c)) == H5T_INTEGER);
+    h5::Handle a(H5Aopen(g, col, H5P_DEFAULT));
+    CHECK(type_class(H5Aget_type(a)) == H5T_INTEGER);
+  }
+  CHECK(h5::read_ints(f, "summary/interval", result) == std::vector<long long>{8, 8, 8});
+  CHECK(h5::get_attr_int(g, "interval", result) == 8);
+  {
+    h5::Handle c(H5Dopen2(f, "summary/state_format", H5P_DEFAULT));
+    CHECK(type_class(H5Dget_type(c)) == H5T_STRING);
+  }
 
   // Recompute the stored per-step error of run_0001 from the saved raw outputs.
   const auto yr = h5::read_doubles(f, "reference/bf16/outputs", result);
@@ -104,6 +123,31 @@ TEST_CASE("cli: synth -> run -> inspect, result structure and values", "[cli]") 
   r = test::run_cli("inspect " + result, d);
   REQUIRE(r.code == 0);
   CHECK_THAT(r.out, Contains("run_0001") && Contains("eager-bf16") && Contains("out_rel_err_mean"));
+}
+
+TEST_CASE("results: a summary column mixing text and integer cells (a resumed older file) keeps its values",
+          "[results]") {
+  test::TempDir d;
+  ResultSet rs;
+  auto row = [](const std::string& id, AttrValue interval, AttrValue fmt_) {
+    RunRecord r;
+    r.id = id;
+    r.summary = {{"run", id}, {"interval", std::move(interval)}, {"state_format", std::move(fmt_)}};
+    return r;
+  };
+  rs.runs = {row("run_0000", std::string("8"), std::string("fp32")), row("run_0001", 16LL, std::string("bf16"))};
+  const std::string path = d / "mixed.h5";
+  write_result_file(path, rs);
+  {
+    h5::Handle f = h5::open_file(path);
+    CHECK(h5::read_ints(f, "summary/interval", path) == std::vector<long long>{8, 16});
+    CHECK(h5::read_strings(f, "summary/state_format", path) == std::vector<std::string>{"fp32", "bf16"});
+  }
+  // Text that is not an integer keeps the whole column as text, numbers written out.
+  rs.runs = {row("run_0000", std::string("eight"), std::string("fp32")), row("run_0001", 16LL, std::string("bf16"))};
+  write_result_file(path, rs);
+  h5::Handle f2 = h5::open_file(path);
+  CHECK(h5::read_strings(f2, "summary/interval", path) == std::vector<std::string>{"eight", "16"});
 }
 
 TEST_CASE("cli: bad runs fail with one line and leave no file", "[cli]") {

@@ -11,6 +11,10 @@
 #include <filesystem>
 #include <fmt/format.h>
 #include <limits>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <algorithm>
 
 #include "errors.h"
 
@@ -46,44 +50,78 @@ void write_outputs(hid_t loc, const std::string& name, const std::vector<long lo
   h5::write(loc, name, d, v.data(), chunk);
 }
 
-// Summary columns: the union of every record's columns in first-seen order; missing cells are NaN / "" / 0.
+// A text cell that holds a whole integer (an older file's sweep parameter, stored as text before counts became
+// integers): its value, or nullopt.
+std::optional<long long> integer_text(const std::string& t) {
+  if (t.empty()) return std::nullopt;
+  try {
+    size_t used = 0;
+    const long long v = std::stoll(t, &used);
+    if (used == t.size()) return v;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+std::string cell_as_text(const AttrValue& v) {
+  if (const auto* i = std::get_if<long long>(&v)) return fmt::format("{}", *i);
+  if (const auto* d = std::get_if<double>(&v)) return fmt::format("{}", *d);
+  return std::get<std::string>(v);
+}
+
+// Summary columns: the union of every record's columns in first-seen order; missing cells are NaN / "" / 0. A column
+// whose cells disagree in type (runs resumed or merged from a file written before sweep counts were integers) is
+// written as integers when every text cell is one, as doubles when it mixes integers and doubles, else as text.
 void write_summary(hid_t file, const std::vector<RunRecord>& runs) {
-  std::vector<std::pair<std::string, AttrValue>> cols;  // name -> prototype value (type)
+  enum Kind { kText = 1, kInt = 2, kReal = 4 };
+  std::vector<std::pair<std::string, int>> cols;  // name -> kinds seen
+  std::map<std::string, bool> text_all_ints;
   for (const auto& r : runs)
     for (const auto& [k, v] : r.summary) {
-      bool seen = false;
-      for (const auto& c : cols) seen = seen || c.first == k;
-      if (!seen) cols.emplace_back(k, v);
+      const int kind = std::holds_alternative<std::string>(v) ? kText : std::holds_alternative<long long>(v) ? kInt : kReal;
+      auto it = std::find_if(cols.begin(), cols.end(), [&, n = k](const auto& c) { return c.first == n; });
+      if (it == cols.end()) {
+        cols.emplace_back(k, kind);
+        text_all_ints[k] = true;
+      } else {
+        it->second |= kind;
+      }
+      if (kind == kText) text_all_ints[k] = text_all_ints[k] && integer_text(std::get<std::string>(v)).has_value();
     }
   h5::Handle g = h5::create_group(file, "summary");
-  for (const auto& [name, proto] : cols) {
+  for (const auto& [name, kinds] : cols) {
     auto cell = [&, n = name](const RunRecord& r) -> const AttrValue* {
       for (const auto& [k, v] : r.summary)
         if (k == n) return &v;
       return nullptr;
     };
-    if (std::holds_alternative<std::string>(proto)) {
-      std::vector<std::string> v;
-      for (const auto& r : runs) {
-        const AttrValue* c = cell(r);
-        v.push_back(c && std::holds_alternative<std::string>(*c) ? std::get<std::string>(*c) : "");
-      }
-      h5::write_strings(g, name, v);
-    } else if (std::holds_alternative<long long>(proto)) {
+    const bool as_int = kinds == kInt || (kinds == (kInt | kText) && text_all_ints[name]);
+    const bool as_real = !as_int && (kinds & kText) == 0;
+    if (as_int) {
       std::vector<long long> v;
       for (const auto& r : runs) {
         const AttrValue* c = cell(r);
-        v.push_back(c && std::holds_alternative<long long>(*c) ? std::get<long long>(*c) : 0);
+        if (c && std::holds_alternative<long long>(*c)) v.push_back(std::get<long long>(*c));
+        else if (c && std::holds_alternative<std::string>(*c)) v.push_back(*integer_text(std::get<std::string>(*c)));
+        else v.push_back(0);
       }
       h5::write(g, name, {v.size()}, v.data());
-    } else {
+    } else if (as_real) {
       std::vector<double> v;
       for (const auto& r : runs) {
         const AttrValue* c = cell(r);
-        v.push_back(c && std::holds_alternative<double>(*c) ? std::get<double>(*c)
-                                                            : std::numeric_limits<double>::quiet_NaN());
+        if (c && std::holds_alternative<double>(*c)) v.push_back(std::get<double>(*c));
+        else if (c && std::holds_alternative<long long>(*c)) v.push_back(static_cast<double>(std::get<long long>(*c)));
+        else v.push_back(std::numeric_limits<double>::quiet_NaN());
       }
       h5::write(g, name, {v.size()}, v.data());
+    } else {
+      std::vector<std::string> v;
+      for (const auto& r : runs) {
+        const AttrValue* c = cell(r);
+        v.push_back(c ? cell_as_text(*c) : "");
+      }
+      h5::write_strings(g, name, v);
     }
   }
 }

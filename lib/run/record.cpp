@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <stdexcept>
 
 #include "metrics/growth.h"
 #include "metrics/tolerance.h"
@@ -24,6 +25,20 @@ double max_of(const std::vector<double>& v) {
   return m;
 }
 
+// A sweep parameter as stored: counts as integers, the rest as written. The values were validated when the sweep
+// was expanded, so an integer key that does not parse (never expected) is kept as text rather than lost.
+AttrValue param_value(const std::string& key, const std::string& text) {
+  if (integer_sweep_key(key)) {
+    try {
+      size_t used = 0;
+      const long long v = std::stoll(text, &used);
+      if (used == text.size()) return v;
+    } catch (const std::exception&) {
+    }
+  }
+  return text;
+}
+
 }  // namespace
 
 // Builds the stored record of a finished run.
@@ -32,7 +47,7 @@ RunRecord make_run_record(const RecordContext& pl, const RunSpec& s, LockstepRun
   r.id = s.id;
   r.attrs = {{"id", s.id}, {"decoder_name", a.dec->name()}, {"decoder_label", s.scheme.label()},
              {"scheme", s.scheme.name()}};
-  for (const auto& [k, v] : s.params) r.attrs.emplace_back(k, v);
+  for (const auto& [k, v] : s.params) r.attrs.emplace_back(k, param_value(k, v));
   // Host wall time inside the decoder's advance(): CPU emulation time, never a GPU kernel's speed.
   r.attrs.emplace_back("cpu_emulation_seconds", a.seconds);
 
@@ -75,7 +90,7 @@ RunRecord make_run_record(const RecordContext& pl, const RunSpec& s, LockstepRun
   sm.emplace_back("run", s.id);
   sm.emplace_back("decoder_name", a.dec->name());
   sm.emplace_back("decoder_label", s.scheme.label());
-  for (const auto& [k, v] : s.params) sm.emplace_back(k, v);
+  for (const auto& [k, v] : s.params) sm.emplace_back(k, param_value(k, v));
   sm.emplace_back("status", std::string("ok"));
   sm.emplace_back("skip_reason", std::string(""));
   sm.emplace_back("steps", pl.steps);
@@ -138,7 +153,7 @@ RunRecord placeholder_record(const RunSpec& s) {
   RunRecord r;
   r.id = s.id;
   r.summary = {{"run", s.id}, {"decoder_name", std::string("")}, {"decoder_label", std::string("")}};
-  for (const auto& [k, v] : s.params) r.summary.emplace_back(k, v);
+  for (const auto& [k, v] : s.params) r.summary.emplace_back(k, param_value(k, v));
   r.summary.emplace_back("status", std::string(s.skip_reason.empty() ? "pending" : "skipped"));
   r.summary.emplace_back("skip_reason", s.skip_reason);
   r.summary.emplace_back("steps", 0LL);

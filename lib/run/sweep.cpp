@@ -59,6 +59,13 @@ std::string combination_problem(const Scheme& s) {
 
 }  // namespace
 
+bool integer_sweep_key(const std::string& key) {
+  static const char* const kKeys[] = {"interval", "buffer_len", "batch", "seed", "seeds", "window"};
+  for (const char* k : kKeys)
+    if (key == k) return true;
+  return false;
+}
+
 std::vector<RunSpec> expand_sweep(const Config& cfg, Family family) {
   std::vector<std::pair<std::string, std::vector<std::string>>> axes;
   for (const auto& k : config_keys()) {

@@ -30,6 +30,11 @@ struct RunSpec {
 // the family), or that the scheme's backend cannot run here (run/factory.h) get a skip_reason.
 std::vector<RunSpec> expand_sweep(const Config& cfg, Family family);
 
+// Sweep keys whose values are counts (interval, buffer_len, and the batch, seed and window keys as they become sweep
+// axes): the result file stores them as integers in /summary and the run attributes, so a notebook selects and plots
+// against them without casting. Every other key (formats, names) stays text.
+bool integer_sweep_key(const std::string& key);
+
 // Backend twins: points whose schemes differ only in backend. twin_key is equal for twins (the scheme on the cpu
 // backend, with its buffer_len); backend_twins gives, for each scheme of a batch, the index of the cpu scheme it is
 // compared with step by step, or -1 (cpu schemes themselves, and points without a cpu twin in the batch).
