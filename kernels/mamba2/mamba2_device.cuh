@@ -17,7 +17,33 @@ namespace rssm {
 namespace m2 {
 
 constexpr int kThreads = 128;  // one CTA: 4 warps
-constexpr int kUnroll = 4;     // passes of rows whose state loads are in flight together
+constexpr int kMaxRows = 16;   // register array bound of TileLayout::kRows
+
+// How a CTA's 128 threads cover a tile of state rows: a row of N elements is N/kVec lanes of 16-byte vectors, a pass
+// covers kThreads/lanes rows, and a chunk is R passes whose loads are all issued before the first use. kRows is the
+// most a kernel asks for (fp32: 16 rows x 16 B a thread, the whole Super-120B head); the eager kernel takes half,
+// the replay kernel a quarter (registers decide how many CTAs an SM holds). Raw uint4 registers hold the chunk, so
+// a 16-bit state keeps 8 elements per register quad until it is used.
+template <class T>
+struct TileLayout {
+  static constexpr int kVec = 16 / sizeof(T);
+  static constexpr int kRows = sizeof(T) == 4 ? 16 : 8;
+  int lanes, rpp, c, rsub;
+  __device__ explicit TileLayout(int N) {
+    lanes = N / kVec, rpp = kThreads / lanes, c = threadIdx.x % lanes, rsub = threadIdx.x / lanes;
+  }
+};
+
+// Issues the loads of one chunk (rows p0 + u·rpp + rsub, u < R) of a tile whose row p starts at src + p·N (src
+// already offset by the thread's lane); rows at or past p_end read nothing and hold zeros.
+template <class T, int R = TileLayout<T>::kRows>
+__device__ inline void load_chunk(uint4 (&q)[kMaxRows], const T* src, const TileLayout<T>& t, int p0, int p_end, int N) {
+#pragma unroll
+  for (int u = 0; u < R; ++u) {
+    const int p = p0 + u * t.rpp + t.rsub;
+    q[u] = p < p_end ? __ldcs(reinterpret_cast<const uint4*>(src + static_cast<long long>(p) * N)) : make_uint4(0, 0, 0, 0);
+  }
+}
 
 // A 16-byte vector of state elements: kVec elements of T, loaded as one uint4 and converted to fp32.
 // Stores round to nearest even with the hardware conversion (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32), which equals
@@ -29,9 +55,11 @@ struct StateVec;
 template <>
 struct StateVec<float> {
   static constexpr int kVec = 4;
+  __device__ static void unpack(const uint4 q, float v[kVec]) {
+    v[0] = __uint_as_float(q.x), v[1] = __uint_as_float(q.y), v[2] = __uint_as_float(q.z), v[3] = __uint_as_float(q.w);
+  }
   __device__ static void load(const float* p, float v[kVec]) {
-    const float4 q = __ldcs(reinterpret_cast<const float4*>(p));  // streamed once: evict first
-    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    unpack(__ldcs(reinterpret_cast<const uint4*>(p)), v);  // streamed once: evict first
   }
   // Stores v, which already is the stored value (fp32: no rounding).
   __device__ static void store(float* p, float v[kVec]) {
@@ -42,8 +70,8 @@ struct StateVec<float> {
 template <>
 struct StateVec<__nv_bfloat16> {
   static constexpr int kVec = 8;
-  __device__ static void load(const __nv_bfloat16* p, float v[kVec]) {
-    const uint4 q = __ldcs(reinterpret_cast<const uint4*>(p));
+  __device__ static void load(const __nv_bfloat16* p, float v[kVec]) { unpack(__ldcs(reinterpret_cast<const uint4*>(p)), v); }
+  __device__ static void unpack(const uint4 q, float v[kVec]) {
     const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -68,8 +96,8 @@ struct StateVec<__nv_bfloat16> {
 template <>
 struct StateVec<__half> {
   static constexpr int kVec = 8;
-  __device__ static void load(const __half* p, float v[kVec]) {
-    const uint4 q = __ldcs(reinterpret_cast<const uint4*>(p));
+  __device__ static void load(const __half* p, float v[kVec]) { unpack(__ldcs(reinterpret_cast<const uint4*>(p)), v); }
+  __device__ static void unpack(const uint4 q, float v[kVec]) {
     const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {

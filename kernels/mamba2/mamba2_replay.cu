@@ -4,18 +4,31 @@
 //   S_c <- exp(Λ_t)·S_c + Σ_j Δ_j·exp(Λ_t − Λ_j)·x_j ⊗ B_j   (fp32, accumulator starting from the decayed S_c).
 // Order of operations follows lib/cpu/replay.cpp (step_mamba2 / flush_mamba2) where it costs nothing: the current
 // token enters through its bf16 buffer copy; Λ is the running fp32 sum of A·Δ over the ring; weights are
-// Δ_j·exp(Λ_t − Λ_j)·(B_j·C_t); flush terms accumulate over j in order. Dots and the ring sum are tree/parallel
-// sums (the contract's bounded half). One deliberate difference: at a dual flush step the output reads the fp32
-// update copy the flush streams anyway (the CPU emulation reads the read copy), saving a read of the read copy.
+// Δ_j·exp(Λ_t − Λ_j)·(B_j·C_t); the output adds checkpoint term, ring sum, D·x in that order; flush terms accumulate
+// over j in order. Dots and the ring sum are tree/parallel sums (the contract's bounded half). One deliberate
+// difference: at a dual flush step the output reads the fp32 update copy the flush streams anyway (the CPU
+// emulation reads the read copy), saving a read of the read copy.
 //
-// Work split: one CTA (128 threads) per (row, head, P-tile), as in the eager kernel. Each CTA first does the small
-// per-(row, head) work: Δ_t, Λ_t, the B_j·C_t dots (one warp per entry, entries in parallel, once per CTA; a head
-// tile never repeats them per row tile), the weights (one thread per entry), the ring sum Σ_j w_j·x_j[p] (one
-// thread per row p); then streams its checkpoint tile once with kUnroll 16-byte loads in flight per thread. Other
-// resident CTAs' streams hide that prologue, so the step time does not grow with the ring fill.
+// Work split: one CTA (128 threads) per (row, head, P-tile), as in the eager kernel. The step is bandwidth work
+// behind a chain of small dependent reads (slot -> ring cursor -> ring entries), so the kernel is laid out to keep
+// that chain at three memory latencies and to have the state tile in flight underneath it:
+//   A  slot; the tile is sent on its way into L2 (prefetch: no registers held; a dual flush row adds the update
+//      copy once it knows); the cursor; C_t, B_t, Δ_t and the per-row x, D, gate factor into shared memory.
+//   B  every ring read at once: (Δ_e, Λ_e), B_e in 16-byte pieces for the dots B_e·C_t (N/8 lanes per entry, a
+//      shuffle tree), and the x_e[p] of the ring sum (several threads per row, entries split between them).
+//   C  weights from the dots, the ring sum per row; the flush's x·weight per (row, entry); the token's ring append.
+//   D  the stream, from L2, in chunks of a few rows a thread: the rows against C_t (flush: decay, rank-`nent`
+//      update from shared memory four entries at a time, store, dual read copy from the same registers).
+// Small chunks and a register cap of 64 keep 8 CTAs on an SM (see kReplayMinBlocks): the prologue's reads queue
+// behind the stream's, so each CTA spends several loaded memory latencies in A-C and only many resident CTAs
+// keep the bandwidth busy meanwhile.
+// Nothing in A-C loops serially over ring entries with a load per iteration, so the step no longer grows with the
+// ring fill; the B_j·C_t dots are repeated by the heads of a group, from L2 (4 KiB per CTA at interval 16).
 //
-// Ring cursor, on the device: d_fill[slot] is read by one thread of every CTA of the row; the CTA that arrives
-// last on d_arrive[slot] (atomicAdd, fenced) writes the advanced fill (0 after a flush) and re-zeroes d_arrive.
+// Ring cursor, on the device: d_fill[slot] is read (acquire) by one thread of every CTA of the row, which then
+// counts itself on d_arrive[slot]; the CTA that arrives last writes the advanced fill (0 after a flush) and re-zeroes
+// d_arrive. The acquire orders each CTA's read before its arrival, so the last arriver writes after every read; the
+// arrival's result is first looked at when the CTA ends, keeping the atomic's round trip off the prologue.
 // Chosen over a parity-indexed double buffer (the host would pass a parity per launch, which a replayed CUDA graph
 // cannot change, and a slot that sits out a step would read a stale copy) and over a second cursor kernel (one
 // more launch per step, which is what batch 1 pays for). The cost is one L2 atomic per CTA.
@@ -33,132 +46,131 @@
 namespace rssm {
 namespace m2 {
 
-// Shared memory of one CTA, in floats: C_t, B_t, per-entry dots and weights, the ring sums of the tile's rows, and
-// for the flush the entries' B (fp32) and x·weight per row.
+constexpr int kRingRegs = 8;  // ring x values per thread loaded together in phase B (more entries: further rounds)
+
+// Shared memory of one CTA, in floats: C_t, B_t, per-entry dots and weights, per-row scalars of the tile, and for
+// the flush the entries' B (fp32, [E][N]) and x·weight per row ([rows][E4], a row's entries as float4).
 struct ReplaySmem {
   int N, E, rows;  // E = interval (largest number of entries), rows = tile rows
-  // Regions start on 16-byte boundaries (the flush reads B_j as float4).
+  // Regions start on 16-byte boundaries (float4 reads).
   __host__ __device__ static int up4(int n) { return (n + 3) & ~3; }
   __host__ __device__ int off_C() const { return 0; }
   __host__ __device__ int off_Bt() const { return up4(N); }
   __host__ __device__ int off_dot() const { return 2 * up4(N); }
-  __host__ __device__ int off_w() const { return off_dot() + up4(E); }
-  __host__ __device__ int off_wf() const { return off_w() + up4(E); }
-  __host__ __device__ int off_ring() const { return off_wf() + up4(E); }
-  __host__ __device__ int off_B() const { return off_ring() + up4(rows); }
+  __host__ __device__ int off_wf() const { return off_dot() + up4(E); }
+  __host__ __device__ int off_ring() const { return off_wf() + up4(E); }  // ring sum per row
+  __host__ __device__ int off_dx() const { return off_ring() + up4(rows); }  // D·x_t per row
+  __host__ __device__ int off_g() const { return off_dx() + up4(rows); }     // gate factor per row
+  __host__ __device__ int off_xb() const { return off_g() + up4(rows); }     // x_t as buffered (bf16 value) per row
+  __host__ __device__ int off_xbits() const { return off_xb() + up4(rows); }  // x_t's buffer code (int) per row
+  __host__ __device__ int off_Bbits() const { return off_xbits() + up4(rows); }  // B_t's buffer codes (int)
+  __host__ __device__ int off_B() const { return off_Bbits() + up4(N); }
   __host__ __device__ int off_u() const { return off_B() + E * up4(N); }
-  __host__ __device__ int floats() const { return off_u() + E * rows; }
+  __host__ __device__ int floats() const { return off_u() + rows * up4(E); }
 };
 
 // Everything the stream phase needs, per CTA.
 struct TileCtx {
-  int P, N, h, row, c, rsub, lanes, rows_per_pass, p_begin, p_end, nent;
+  int P, N, h, row, p_begin, p_end, nent, E4;
   long long ys;
   float decay;
-  bool y_bf16;
+  bool y_bf16, gated;
 };
 
-template <class A>
-__device__ inline void write_out(const Mamba2StepArgs& a, const TileCtx& t, const A* x, const A* z, const float* s_ring,
+__device__ inline void write_out(const Mamba2StepArgs& a, const TileCtx& t, const float* smem, const ReplaySmem& L,
                                  int p, float dot) {
-  const float d = a.d_per_dim ? a.d_D[t.h * t.P + p] : a.d_D[t.h];
-  float out = t.decay * dot + s_ring[p - t.p_begin];
-  out += d * to_f32(x[p]);
-  if (z) out = gate(out, to_f32(z[p]));
+  const int pl = p - t.p_begin;
+  float out = t.decay * dot + smem[L.off_ring() + pl];
+  out += smem[L.off_dx() + pl];
+  if (t.gated) out = out * smem[L.off_g() + pl];  // gate(out, z), its factor computed once per row
   store_y(a.d_y, t.row * t.ys + static_cast<long long>(t.h) * t.P + p, t.y_bf16, out);
 }
 
-// Non-flush: read the tile of `src` (the read copy, or the shared checkpoint) against C_t.
-template <class T, class A>
-__device__ void stream_read(const Mamba2StepArgs& a, const TileCtx& t, const T* src, const A* x, const A* z,
-                            const float* smem, const ReplaySmem& L) {
-  constexpr int kVec = StateVec<T>::kVec;
+// Non-flush: the tile of `src` (the read copy, or the shared checkpoint) against C_t; the first chunk is in q.
+template <class T, int R>
+__device__ void stream_read(const Mamba2StepArgs& a, const TileCtx& t, const T* src, const float* smem,
+                            const ReplaySmem& L) {
+  const TileLayout<T> lay(t.N);
+  constexpr int kVec = TileLayout<T>::kVec;
   float Cv[kVec];
 #pragma unroll
-  for (int k = 0; k < kVec; ++k) Cv[k] = smem[L.off_C() + t.c * kVec + k];
-  const float* s_ring = smem + L.off_ring();
-  for (int p0 = t.p_begin; p0 < t.p_end; p0 += t.rows_per_pass * kUnroll) {
-    float s[kUnroll][kVec];
+  for (int k = 0; k < kVec; ++k) Cv[k] = smem[L.off_C() + lay.c * kVec + k];
+  for (int p0 = t.p_begin; p0 < t.p_end; p0 += R * lay.rpp) {
+    uint4 q[kMaxRows];
+    load_chunk<T, R>(q, src, lay, p0, t.p_end, t.N);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int p = p0 + u * t.rows_per_pass + t.rsub;
-      if (p < t.p_end) {
-        StateVec<T>::load(src + static_cast<long long>(p) * t.N, s[u]);
-      } else {
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) s[u][k] = 0.0f;
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int p = p0 + u * t.rows_per_pass + t.rsub;
+    for (int u = 0; u < R; ++u) {
+      const int p = p0 + u * lay.rpp + lay.rsub;
+      float s[kVec];
+      StateVec<T>::unpack(q[u], s);
       float acc = 0.0f;
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) acc = fmaf(s[u][k], Cv[k], acc);
-      acc = row_sum(acc, t.lanes);
-      if (t.c == 0 && p < t.p_end) write_out(a, t, x, z, s_ring, p, acc);
+      for (int k = 0; k < kVec; ++k) acc = fmaf(s[k], Cv[k], acc);
+      acc = row_sum(acc, lay.lanes);
+      if (lay.c == 0 && p < t.p_end) write_out(a, t, smem, L, p, acc);
     }
   }
 }
 
-// Flush: read the tile of the checkpoint (update copy), output from it, fold the ring in, write it back (and the
-// dual read copy, rounded from the same registers). T: checkpoint type; R: read-copy type (dual) or void.
-template <class T, class R, class A>
-__device__ void stream_flush(const Mamba2StepArgs& a, const TileCtx& t, T* ck, R* rd, const A* x, const A* z,
-                             const float* smem, const ReplaySmem& L) {
-  constexpr int kVec = StateVec<T>::kVec;
+// Flush: the tile of the checkpoint (update copy; first chunk in q): output from it, fold the ring in, write it back
+// (and the dual read copy, rounded from the same registers). T: checkpoint type; R: read-copy type or void.
+template <class T, class RDT, int R>
+__device__ void stream_flush(const Mamba2StepArgs& a, const TileCtx& t, T* ck, RDT* rd, const float* smem,
+                             const ReplaySmem& L) {
+  const TileLayout<T> lay(t.N);
+  constexpr int kVec = TileLayout<T>::kVec;
   float Cv[kVec];
 #pragma unroll
-  for (int k = 0; k < kVec; ++k) Cv[k] = smem[L.off_C() + t.c * kVec + k];
-  const float* s_ring = smem + L.off_ring();
-  const float* sB = smem + L.off_B() + t.c * kVec;
+  for (int k = 0; k < kVec; ++k) Cv[k] = smem[L.off_C() + lay.c * kVec + k];
+  const float* sB = smem + L.off_B() + lay.c * kVec;
   const float* su = smem + L.off_u();
-  for (int p0 = t.p_begin; p0 < t.p_end; p0 += t.rows_per_pass * kUnroll) {
-    float s[kUnroll][kVec];
+  for (int p0 = t.p_begin; p0 < t.p_end; p0 += R * lay.rpp) {
+    uint4 q[kMaxRows];
+    load_chunk<T, R>(q, ck, lay, p0, t.p_end, t.N);
+    float s[R][kVec];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int p = p0 + u * t.rows_per_pass + t.rsub;
-      if (p < t.p_end) {
-        StateVec<T>::load(ck + static_cast<long long>(p) * t.N, s[u]);
-      } else {
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) s[u][k] = 0.0f;
-      }
-    }
-    int pl[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int p = p0 + u * t.rows_per_pass + t.rsub;
-      pl[u] = min(p, t.p_end - 1) - t.p_begin;  // rows past the tile read a valid slot; their results are dropped
+    for (int u = 0; u < R; ++u) {
+      const int p = p0 + u * lay.rpp + lay.rsub;
+      StateVec<T>::unpack(q[u], s[u]);
       float acc = 0.0f;
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
         acc = fmaf(s[u][k], Cv[k], acc);
         s[u][k] *= t.decay;
       }
-      acc = row_sum(acc, t.lanes);
-      if (t.c == 0 && p < t.p_end) write_out(a, t, x, z, s_ring, p, acc);
+      acc = row_sum(acc, lay.lanes);
+      if (lay.c == 0 && p < t.p_end) write_out(a, t, smem, L, p, acc);
     }
-    for (int e = 0; e < t.nent; ++e) {
-      float b[kVec];
+    for (int e0 = 0; e0 < t.nent; e0 += 4) {  // 4 entries per round: the x·weights of a row as one float4
+      float b[4][kVec];
 #pragma unroll
-      for (int k = 0; k < kVec; k += 4) {
-        const float4 q = *reinterpret_cast<const float4*>(sB + e * t.N + k);
-        b[k] = q.x, b[k + 1] = q.y, b[k + 2] = q.z, b[k + 3] = q.w;
-      }
+      for (int ee = 0; ee < 4; ++ee)
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const float ue = su[e * L.rows + pl[u]];
+        for (int k = 0; k < kVec; k += 4) {
+          const float4 v = e0 + ee < t.nent ? *reinterpret_cast<const float4*>(sB + (e0 + ee) * t.N + k)
+                                            : make_float4(0.f, 0.f, 0.f, 0.f);
+          b[ee][k] = v.x, b[ee][k + 1] = v.y, b[ee][k + 2] = v.z, b[ee][k + 3] = v.w;
+        }
+      const int ne = min(4, t.nent - e0);
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) s[u][k] = fmaf(ue, b[k], s[u][k]);
+      for (int u = 0; u < R; ++u) {
+        const int pl = min(p0 + u * lay.rpp + lay.rsub, t.p_end - 1) - t.p_begin;  // rows past the tile: dropped
+        const float4 uv = *reinterpret_cast<const float4*>(su + pl * t.E4 + e0);
+        const float ue[4] = {uv.x, uv.y, uv.z, uv.w};
+#pragma unroll
+        for (int ee = 0; ee < 4; ++ee)
+          if (ee < ne) {  // uniform over the CTA
+#pragma unroll
+            for (int k = 0; k < kVec; ++k) s[u][k] = fmaf(ue[ee], b[ee][k], s[u][k]);
+          }
       }
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int p = p0 + u * t.rows_per_pass + t.rsub;
+    for (int u = 0; u < R; ++u) {
+      const int p = p0 + u * lay.rpp + lay.rsub;
       if (p < t.p_end) {
         StateVec<T>::store(ck + static_cast<long long>(p) * t.N, s[u]);
-        if constexpr (!std::is_void<R>::value) {
+        if constexpr (!std::is_void<RDT>::value) {
           static_assert(kVec == 4, "dual read copies are written from an fp32 update copy");
           store_narrow4(rd + static_cast<long long>(p) * t.N, s[u]);
         }
@@ -167,9 +179,35 @@ __device__ void stream_flush(const Mamba2StepArgs& a, const TileCtx& t, T* ck, R
   }
 }
 
+__device__ inline int ld_acquire(const int32_t* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ inline void bf16x8_to_f32(const uint4 q, float b[8]) {
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) b[2 * i] = __uint_as_float(w[i] << 16), b[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+}
+
 // CK: checkpoint type (the update copy when dual); RD: read-copy type, void when the checkpoint is shared.
+// Occupancy is what the step needs most (timed on the H200, fp32 K16 batch 256 non-flush): the tile in registers
+// before the prologue (16 rows a thread, 3 CTAs per SM) 920 us, 8 rows a thread and the tile prefetched into L2
+// (4 CTAs) 750 us, 4 rows and a floor of 8 CTAs per SM (64 registers) 468 us. Dependent reads queue behind the
+// stream, so a CTA lives for several loaded latencies whatever it holds; only more CTAs per SM cover that.
+constexpr int kReplayMinBlocks = 8;
+template <class T> constexpr int kChunkRows = TileLayout<T>::kRows / 4;
+
+// Starts `bytes` at p on their way into L2 (a hint: no registers held, nothing waited for).
+__device__ inline void prefetch_l2(const void* p, long long bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (long long i = 128LL * threadIdx.x; i < bytes; i += 128LL * kThreads)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + i));
+}
+
 template <class A, class CK, class RD>
-__global__ void __launch_bounds__(kThreads) mamba2_replay_kernel(Mamba2ReplayLaunch l, int ptiles) {
+__global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kernel(Mamba2ReplayLaunch l, int ptiles) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   __shared__ int s_fill;
@@ -180,36 +218,26 @@ __global__ void __launch_bounds__(kThreads) mamba2_replay_kernel(Mamba2ReplayLau
   const int h = (blockIdx.x % per_row) / ptiles, tile = blockIdx.x % ptiles;
   const int slot = a.d_slot[row];
   if (slot < 0) return;  // padded row: nothing read or written
-  const int g = h / hpg, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = h / hpg, tid = threadIdx.x;
   const int tile_rows = (P + ptiles - 1) / ptiles;
   const ReplaySmem L{N, l.interval, tile_rows};
   constexpr bool kDual = !std::is_void<RD>::value;
-  using Src = typename std::conditional<kDual, RD, CK>::type;  // what a non-flush step reads
-  const int p_begin = tile * tile_rows, p_end = min(P, p_begin + tile_rows);
+  const int p_begin = tile * tile_rows, p_end = min(P, p_begin + tile_rows), rows = p_end - p_begin;
   const long long head_off = (static_cast<long long>(slot) * H + h) * P * N;
-  {
-    // Start the tile's state on its way into L2 now: the prologue below is a chain of dependent small loads (fill,
-    // ring, weights) that would otherwise leave this CTA's share of the bandwidth idle. A hint only (a dual flush
-    // step streams the update copy instead, 1 step in `interval`).
-    const char* tile_src = reinterpret_cast<const char*>(static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) + head_off +
-                                                         static_cast<long long>(p_begin) * N);
-    const int lines = static_cast<int>((static_cast<long long>(p_end - p_begin) * N * sizeof(Src) + 127) / 128);
-    for (int i = tid; i < lines; i += kThreads) asm volatile("prefetch.global.L2 [%0];" ::"l"(tile_src + 128LL * i));
-  }
 
+  // ---- A: the tile on its way into L2, the cursor, this step's inputs ----
+  using Src = typename std::conditional<kDual, RD, CK>::type;  // what a non-flush step reads
+  const long long tile_off = head_off + static_cast<long long>(p_begin) * N;
+  prefetch_l2(static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) + tile_off, static_cast<long long>(rows) * N * sizeof(Src));
+  CK* ck = static_cast<CK*>(l.d_ckpt) + head_off + TileLayout<CK>(N).c * TileLayout<CK>::kVec;
+  constexpr int RC = kChunkRows<CK>;
+
+  int arrived = 0;
   if (tid == 0) {  // ring cursor hand-off (see the top of this file)
-    int f = __ldcg(&l.d_fill[slot]);  // L2: the last writer ran on another SM
-    f = min(max(f, 0), l.interval - 1);  // a corrupt cursor must not send ring writes out of bounds
-    s_fill = f;
-    __threadfence();
-    if (atomicAdd(&l.d_arrive[slot], 1) == per_row - 1) {
-      __threadfence();
-      l.d_arrive[slot] = 0;
-      l.d_fill[slot] = f + 1 >= l.interval ? 0 : f + 1;
-    }
+    int f = ld_acquire(&l.d_fill[slot]);
+    arrived = atomicAdd(&l.d_arrive[slot], 1);  // ordered after the read by the acquire; result used at the end
+    s_fill = min(max(f, 0), l.interval - 1);      // a corrupt cursor must not send ring writes out of bounds
   }
-
-  // Inputs of this row.
   const A* x = static_cast<const A*>(a.d_x) + row * or_default(a.x_stride, static_cast<long long>(H) * P) + h * P;
   const A* dtp = static_cast<const A*>(a.d_dt) + row * or_default(a.dt_stride, H);
   const long long bcs = or_default(a.bc_stride, static_cast<long long>(G) * N);
@@ -217,13 +245,25 @@ __global__ void __launch_bounds__(kThreads) mamba2_replay_kernel(Mamba2ReplayLau
   const A* Ct = static_cast<const A*>(a.d_C) + row * bcs + g * N;
   const A* z = a.d_z ? static_cast<const A*>(a.d_z) + row * or_default(a.z_stride, static_cast<long long>(H) * P) + h * P
                      : nullptr;
+  int* ismem = reinterpret_cast<int*>(smem);  // the codes appended to the ring: no input re-read after the prologue
   for (int n = tid; n < N; n += kThreads) {
     smem[L.off_C() + n] = to_f32(Ct[n]);
     smem[L.off_Bt() + n] = to_buffer_f32(Bt[n]);
+    ismem[L.off_Bbits() + n] = to_buffer_bits(Bt[n]);
+  }
+  for (int p = p_begin + tid; p < p_end; p += kThreads) {
+    const int pl = p - p_begin;
+    const float xa = to_f32(x[p]);
+    smem[L.off_dx() + pl] = (a.d_per_dim ? a.d_D[h * P + p] : a.d_D[h]) * xa;
+    smem[L.off_xb() + pl] = to_buffer_f32(x[p]);
+    ismem[L.off_xbits() + pl] = to_buffer_bits(x[p]);
+    if (z) {
+      const float zv = to_f32(z[p]);
+      smem[L.off_g() + pl] = zv / (1.0f + expf(-zv));
+    }
   }
   const float delta = delta_of(to_f32(dtp[h]), a.d_dt_bias[h], a.dt_min, a.dt_max);
   const float A_h = -expf(a.d_A_log[h]);
-  // Ring of this slot.
   const int cap = l.capacity;
   const float2* dl = reinterpret_cast<const float2*>(l.d_ring_dl) + static_cast<long long>(slot) * cap * H + h;  // + e·H
   const uint16_t* rx = l.d_ring_x + static_cast<long long>(slot) * cap * H * P + static_cast<long long>(h) * P;  // + e·H·P
@@ -232,88 +272,131 @@ __global__ void __launch_bounds__(kThreads) mamba2_replay_kernel(Mamba2ReplayLau
   const int j = s_fill;  // the current token's entry
   const bool flush = j + 1 == l.interval;
   const int nent = j + 1;
-  const float lam_t = (j > 0 ? dl[static_cast<long long>(j - 1) * H].y : 0.0f) + A_h * delta;
+  constexpr int RS = kChunkRows<Src>;
+  const Src* src = nullptr;
+  if constexpr (kDual) {
+    if (flush) prefetch_l2(static_cast<const CK*>(l.d_ckpt) + tile_off, static_cast<long long>(rows) * N * sizeof(CK));
+    src = static_cast<const Src*>(l.d_read) + head_off + TileLayout<Src>(N).c * TileLayout<Src>::kVec;
+  } else {
+    src = ck;
+  }
 
-  // B_j·C_t for every entry, one warp per entry, 8 bf16 per lane per load.
-  for (int e = warp; e < nent; e += kThreads / 32) {
-    float acc = 0.0f;
-    for (int n = lane * 8; n < N; n += 32 * 8) {
-      float b[8];
-      if (e < j) {
-        const uint4 q = *reinterpret_cast<const uint4*>(rB + static_cast<long long>(e) * G * N + n);
-        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+  // ---- B: every ring read of the step at once ----
+  const float lam_prev = j > 0 ? dl[static_cast<long long>(j - 1) * H].y : 0.0f;
+  float2 de = make_float2(0.0f, 0.0f);
+  if (tid < j) de = dl[static_cast<long long>(tid) * H];  // entries beyond 128 are read in phase C
+  // The ring sum's x_e[p]: tpr threads per row (a power of two, within a warp), entries e = sub, sub + tpr, ...
+  int tpr = 1;
+  while (tpr < 32 && 2 * tpr * rows <= kThreads) tpr *= 2;
+  const int rsub = tid / tpr, sub = tid % tpr;
+  const int xp = p_begin + rsub;  // this thread's first row (rows beyond kThreads / tpr: further rounds in C)
+  float xr[kRingRegs];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) b[2 * i] = __uint_as_float(w[i] << 16), b[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-      } else {
+  for (int u = 0; u < kRingRegs; ++u) {
+    const int e = sub + u * tpr;
+    xr[u] = (xp < p_end && e < j) ? bf16_bits_to_float(rx[static_cast<long long>(e) * H * P + xp]) : 0.0f;
+  }
+  // The dots B_e·C_t: item i = e·c8 + k covers B_e[8k .. 8k+7]; c8 = N/8 is a power of two <= 32, so an entry's
+  // items are consecutive lanes of one warp. Entry j is B_t (its buffered copy).
+  const int c8 = N / 8, items = nent * c8;
+  for (int i0 = 0; i0 < items; i0 += 2 * kThreads) {  // uniform over the CTA: every lane reaches the shuffles
+    float acc[2] = {0.0f, 0.0f};
+    uint4 raw[2];
 #pragma unroll
-        for (int i = 0; i < 8; ++i) b[i] = smem[L.off_Bt() + n + i];
+    for (int v = 0; v < 2; ++v) {
+      const int i = i0 + v * kThreads + tid, e = i / c8, k = i % c8;
+      raw[v] = (i < items && e < j) ? *reinterpret_cast<const uint4*>(rB + static_cast<long long>(e) * G * N + 8 * k)
+                                    : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int v = 0; v < 2; ++v) {
+      const int i = i0 + v * kThreads + tid, e = i / c8, k = i % c8;
+      if (i < items) {
+        float b[8];
+        if (e < j) {
+          bf16x8_to_f32(raw[v], b);
+        } else {
+#pragma unroll
+          for (int m = 0; m < 8; ++m) b[m] = smem[L.off_Bt() + 8 * k + m];
+        }
+#pragma unroll
+        for (int m = 0; m < 8; ++m) acc[v] = fmaf(b[m], smem[L.off_C() + 8 * k + m], acc[v]);
+        if (flush) {
+          float4* dst = reinterpret_cast<float4*>(smem + L.off_B() + e * N + 8 * k);
+          dst[0] = make_float4(b[0], b[1], b[2], b[3]);
+          dst[1] = make_float4(b[4], b[5], b[6], b[7]);
+        }
       }
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc = fmaf(b[i], smem[L.off_C() + n + i], acc);
-    }
-    acc = row_sum(acc, 32);
-    if (lane == 0) smem[L.off_dot() + e] = acc;
-  }
-  // The flush's B_j in fp32 (entry j is B_t).
-  if (flush) {
-    for (int i = tid; i < nent * N; i += kThreads) {
-      const int e = i / N, n = i % N;
-      smem[L.off_B() + i] = e < j ? bf16_bits_to_float(rB[static_cast<long long>(e) * G * N + n]) : smem[L.off_Bt() + n];
+      acc[v] = row_sum(acc[v], c8);
+      if (i < items && k == 0) smem[L.off_dot() + e] = acc[v];
     }
   }
-  __syncthreads();
+  const float lam_t = lam_prev + A_h * delta;
   for (int e = tid; e < nent; e += kThreads) {
-    const float2 de = e < j ? dl[static_cast<long long>(e) * H] : make_float2(delta, lam_t);
-    const float wf = de.x * expf(lam_t - de.y);
-    smem[L.off_wf() + e] = wf;
-    smem[L.off_w() + e] = wf * smem[L.off_dot() + e];
+    if (e >= kThreads) de = e < j ? dl[static_cast<long long>(e) * H] : make_float2(0.0f, 0.0f);
+    if (e == j) de = make_float2(delta, lam_t);
+    smem[L.off_wf() + e] = de.x * expf(lam_t - de.y);
   }
   __syncthreads();
 
-  // Ring sum per row of the tile, the flush's x·weight per row, and the append of this token's x rows.
-  for (int p = p_begin + tid; p < p_end; p += kThreads) {
-    const float xt = to_buffer_f32(x[p]);
+  // ---- C: ring sum per row, the flush's x·weight per (row, entry), this token's ring append ----
+  const int E4 = ReplaySmem::up4(l.interval);
+  for (int p = xp, round = 0; round * (kThreads / tpr) < rows; ++round, p += kThreads / tpr) {
     float acc = 0.0f;
-    for (int e = 0; e < nent; ++e) {
-      const float xe = e < j ? bf16_bits_to_float(rx[static_cast<long long>(e) * H * P + p]) : xt;
-      acc = fmaf(smem[L.off_w() + e], xe, acc);
-      if (flush) smem[L.off_u() + e * tile_rows + (p - p_begin)] = smem[L.off_wf() + e] * xe;
+    const bool live = p < p_end;
+    const float xt = live ? smem[L.off_xb() + p - p_begin] : 0.0f;
+    for (int e0 = 0; e0 < nent; e0 += kRingRegs * tpr) {
+#pragma unroll
+      for (int u = 0; u < kRingRegs; ++u) {
+        const int e = e0 + sub + u * tpr;
+        if (e >= nent) break;
+        float xe;
+        if (e == j) xe = xt;
+        else if (round == 0 && e0 == 0) xe = xr[u];
+        else xe = live ? bf16_bits_to_float(rx[static_cast<long long>(e) * H * P + p]) : 0.0f;
+        const float wf = smem[L.off_wf() + e];
+        acc = fmaf(wf * smem[L.off_dot() + e], xe, acc);
+        if (flush && live) smem[L.off_u() + (p - p_begin) * E4 + e] = wf * xe;
+      }
     }
-    smem[L.off_ring() + (p - p_begin)] = acc;
-    if (!flush) l.d_ring_x[static_cast<long long>(slot) * cap * H * P + (static_cast<long long>(j) * H + h) * P + p] =
-        to_buffer_bits(x[p]);
+    acc = row_sum(acc, tpr);
+    if (live && sub == 0) {
+      smem[L.off_ring() + p - p_begin] = acc;
+      if (!flush) l.d_ring_x[static_cast<long long>(slot) * cap * H * P + (static_cast<long long>(j) * H + h) * P + p] =
+          static_cast<uint16_t>(ismem[L.off_xbits() + p - p_begin]);
+    }
   }
   if (!flush) {
     if (tile == 0 && h % hpg == 0)
       for (int n = tid; n < N; n += kThreads)
         l.d_ring_B[static_cast<long long>(slot) * cap * G * N + (static_cast<long long>(j) * G + g) * N + n] =
-            to_buffer_bits(Bt[n]);
+            static_cast<uint16_t>(ismem[L.off_Bbits() + n]);
     if (tile == 0 && tid == 0)
       reinterpret_cast<float2*>(l.d_ring_dl)[static_cast<long long>(slot) * cap * H + static_cast<long long>(j) * H + h] =
           make_float2(delta, lam_t);
   }
   __syncthreads();
 
+  // ---- D: the stream ----
   TileCtx t;
-  t.P = P, t.N = N, t.h = h, t.row = row, t.p_begin = p_begin, t.p_end = p_end, t.nent = nent;
+  t.P = P, t.N = N, t.h = h, t.row = row, t.p_begin = p_begin, t.p_end = p_end, t.nent = nent, t.E4 = E4;
   t.ys = or_default(a.y_stride, static_cast<long long>(H) * P);
   t.decay = expf(lam_t);
   t.y_bf16 = a.y_format == Format::BF16;
+  t.gated = z != nullptr;
   if (!flush) {
-    constexpr int kVec = StateVec<Src>::kVec;
-    t.lanes = N / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
-    const Src* src = static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) + head_off + t.c * kVec;
-    stream_read<Src, A>(a, t, src, x, z, smem, L);
+    stream_read<Src, RS>(a, t, src, smem, L);
+  } else if constexpr (kDual) {
+    RD* rd = static_cast<RD*>(l.d_read) + head_off + TileLayout<CK>(N).c * TileLayout<CK>::kVec;
+    stream_flush<CK, RD, RC>(a, t, ck, rd, smem, L);
   } else {
-    constexpr int kVec = StateVec<CK>::kVec;
-    t.lanes = N / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
-    CK* ck = static_cast<CK*>(l.d_ckpt) + head_off + t.c * kVec;
-    if constexpr (kDual) {
-      RD* rd = static_cast<RD*>(l.d_read) + head_off + t.c * kVec;
-      stream_flush<CK, RD, A>(a, t, ck, rd, x, z, smem, L);
-    } else {
-      stream_flush<CK, void, A>(a, t, ck, nullptr, x, z, smem, L);
-    }
+    stream_flush<CK, void, RC>(a, t, ck, nullptr, smem, L);
+  }
+
+  if (tid == 0 && arrived == per_row - 1) {  // the last CTA of the row: advance the cursor for the next launch
+    __threadfence();
+    l.d_arrive[slot] = 0;
+    l.d_fill[slot] = j + 1 >= l.interval ? 0 : j + 1;
   }
 }
 
