@@ -1,0 +1,152 @@
+"""Benchmark JSON (Google Benchmark's --benchmark_out format) into pandas DataFrames.
+
+    from analysis.bench import read_benchmark, find_benchmarks
+    df, ctx = read_benchmark("benchmarks/gpu/bench_mamba2_cuda.json")
+
+The GPU benchmarks (experiments/bench_mamba2_cuda.cu, bench_gdn_cuda.cu) name each case by path segments:
+`scheme[/route]/format/K<interval>/<kind>/batch:<n>` (eager has no route, interval or kind; the ceilings are
+`ceiling/copy_d2d` and `ceiling/read_only`), then Google Benchmark's own `iterations:..`, `repeats:..`,
+`manual_time[_<aggregate>]`. Each segment becomes a column; counters (us_median, GBps, of_copy, of_read, bytes, ...)
+stay columns; the context (gpu, geometry, git_commit, ceilings, method) is returned beside the table.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+
+import pandas as pd
+
+_KINDS = ("nonflush", "flush", "amortised")
+_ROUTES = ("inner", "reconstruct")
+_SCHEMES = ("eager", "replay", "dual", "spec-eager", "spec-replay", "ceiling")
+_AGG = re.compile(r"^(?:manual|real)_time(?:_(\w+))?$")
+
+
+def parse_name(name: str) -> dict:
+    """The columns a benchmark name encodes (see the module doc). Unknown segments are kept in `extra`."""
+    out = {"scheme": None, "route": None, "state_format": None, "interval": None, "kind": None, "batch": None,
+           "window": None, "stat": None, "case": None}
+    parts = name.split("/")
+    extra = []
+    for i, seg in enumerate(parts):
+        m = _AGG.match(seg)
+        if m:
+            out["stat"] = m.group(1) or "iteration"
+        elif i == 0:
+            out["scheme"] = seg
+        elif seg in _KINDS:
+            out["kind"] = seg
+        elif seg in _ROUTES:
+            out["route"] = seg
+        elif re.fullmatch(r"K\d+", seg):
+            out["interval"] = int(seg[1:])
+        elif re.fullmatch(r"T\d+", seg):
+            out["window"] = int(seg[1:])
+        elif ":" in seg:
+            k, v = seg.split(":", 1)
+            if k in ("batch", "window", "fill"):
+                out[k] = int(v)
+            elif k not in ("iterations", "repeats", "repetitions", "min_time"):
+                extra.append(seg)
+        elif out["scheme"] == "ceiling" and out["case"] is None:
+            out["case"] = seg
+        elif out["state_format"] is None and out["scheme"] in _SCHEMES:
+            out["state_format"] = seg
+        else:
+            extra.append(seg)
+    out["extra"] = "/".join(extra)
+    return out
+
+
+def _family(ctx: dict, path: str) -> str:
+    geo = str(ctx.get("geometry", ""))
+    if "HK=" in geo or "HV=" in geo or "gdn" in os.path.basename(path).lower():
+        return "gdn"
+    if "H=" in geo or "mamba2" in os.path.basename(path).lower():
+        return "mamba2"
+    return ""
+
+
+def read_benchmark(path: str) -> tuple[pd.DataFrame, dict]:
+    """One benchmark JSON: (table with one row per benchmark entry, context dict). Numeric context values written as
+    text by AddCustomContext (copy_ceiling_GBps, read_ceiling_GBps, sms) are converted to numbers."""
+    with open(path) as fh:
+        try:
+            doc = json.load(fh)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not JSON ({e})") from None
+    if not isinstance(doc, dict) or "benchmarks" not in doc:
+        raise ValueError(f"{path}: no 'benchmarks' list: not Google Benchmark JSON output")
+    ctx = dict(doc.get("context", {}))
+    for k, v in list(ctx.items()):
+        if isinstance(v, str):
+            try:
+                ctx[k] = float(v)
+            except ValueError:
+                pass
+    rows = []
+    for b in doc["benchmarks"]:
+        row = dict(b)
+        row.update(parse_name(b.get("run_name", b["name"])))
+        if b.get("run_type") == "aggregate":
+            row["stat"] = b.get("aggregate_name")
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    df["file"] = path
+    df["family"] = _family(ctx, path)
+    df["gpu"] = ctx.get("gpu", "")
+    df["git_commit"] = ctx.get("git_commit", ctx.get("commit", ""))
+    if "time_unit" in df and "real_time" in df:
+        scale = df["time_unit"].map({"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}).fillna(1.0)
+        df["time_us"] = df["real_time"] * scale
+    for c in ("interval", "batch", "window"):
+        if c in df:
+            df[c] = df[c].astype("Int64")
+    return df, ctx
+
+
+def step_times(df: pd.DataFrame, stat: str = "median") -> pd.DataFrame:
+    """One row per (scheme, route, state_format, interval, kind, batch): the chosen statistic (stat column) of the repetitions (or
+    the single iteration when there were none), without the ceilings."""
+    d = df[(df["scheme"] != "ceiling")]
+    agg = d[d["stat"] == stat]
+    if agg.empty:
+        agg = d[d["stat"].isin(["iteration", None])]
+    return agg.reset_index(drop=True)
+
+
+def find_benchmarks(*roots: str, pattern: str = "bench_*cuda*.json") -> list[str]:
+    """Benchmark JSON files under the given folders (recursively), newest first by the date in their context, then
+    by modification time."""
+    found = []
+    for r in roots:
+        if r and os.path.isdir(r):
+            found += glob.glob(os.path.join(r, "**", pattern), recursive=True)
+        elif r and os.path.isfile(r):
+            found.append(r)
+
+    def when(p):
+        try:
+            with open(p) as fh:
+                date = json.load(fh).get("context", {}).get("date", "")
+        except (OSError, ValueError):
+            date = ""
+        return (date, os.path.getmtime(p))
+
+    return sorted(set(found), key=when, reverse=True)
+
+
+def newest_by_family(paths: list[str]) -> dict[str, str]:
+    """The newest benchmark file of each family (mamba2, gdn) among `paths` (ordered newest first)."""
+    out: dict[str, str] = {}
+    for p in paths:
+        try:
+            _, ctx = read_benchmark(p)
+        except (ValueError, OSError):
+            continue
+        fam = _family(ctx, p)
+        if fam and fam not in out:
+            out[fam] = p
+    return out

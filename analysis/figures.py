@@ -1,0 +1,404 @@
+"""One plotting function per figure of issue 13; each returns a matplotlib Figure and is what both the notebooks
+(analysis/notebooks/) and the reproduction (scripts/reproduce.sh) call.
+
+Publication defaults (apply_style): the Okabe-Ito colour-blind-safe palette, log axes wherever errors or times span
+decades, units in every axis label; our measurements are circles (and lines), published numbers black-edged stars,
+labelled "published". A figure that needs GPU data (benchmark JSON, `backend = cuda` runs) and has none draws what it
+can and says, inside the axes, which input is missing: it never fails for lack of a device.
+
+Inputs are the tables of analysis.results (summary_frame, merge_results), runs from open_run, and benchmark tables
+of analysis.bench (read_benchmark).
+"""
+from __future__ import annotations
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless: figures are saved, never shown, in the reproduction and the tests
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .published import published as load_published  # noqa: E402
+
+# Okabe & Ito (2008): distinguishable under the common colour-vision deficiencies.
+PALETTE = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
+PUBLISHED_STYLE = dict(marker="*", markersize=13, markerfacecolor="white", markeredgecolor="black",
+                       markeredgewidth=1.2, linestyle="none", zorder=5)
+DECODER_COLOUR = {"eager": PALETTE[0], "replay": PALETTE[1], "dual": PALETTE[2]}
+
+
+def apply_style() -> None:
+    matplotlib.rcParams.update({
+        "axes.prop_cycle": matplotlib.cycler(color=PALETTE),
+        "figure.dpi": 100, "savefig.dpi": 150, "savefig.bbox": "tight",
+        "font.size": 9, "axes.titlesize": 10, "axes.labelsize": 9, "legend.fontsize": 7,
+        "axes.grid": True, "grid.alpha": 0.3, "axes.spines.top": False, "axes.spines.right": False,
+        "lines.linewidth": 1.4, "lines.markersize": 5,
+    })
+
+
+apply_style()
+
+
+def _missing(ax, what: str) -> None:
+    ax.text(0.5, 0.5, f"no data: {what}", transform=ax.transAxes, ha="center", va="center", fontsize=8,
+            wrap=True, bbox=dict(boxstyle="round", fc="#f5f5f5", ec="#999999"))
+
+
+def _pub(pub, key):
+    return (pub or load_published())[key]
+
+
+def _pub_point(ax, x, entry, label=None):
+    """A published value (or range, as an error bar) at x, star-marked."""
+    v = entry["value"]
+    if isinstance(v, list):
+        mid = (v[0] + v[1]) / 2
+        ax.errorbar([x], [mid], yerr=[[mid - v[0]], [v[1] - mid]], ecolor="black", capsize=3, **PUBLISHED_STYLE,
+                    label=label)
+    else:
+        ax.plot([x], [v], **PUBLISHED_STYLE, label=label)
+
+
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["status"] == "ok"] if "status" in df else df
+
+
+def _figure(ncols: int, title: str, width: float = 4.2, height: float = 3.4):
+    fig, axes = plt.subplots(1, ncols, figsize=(width * ncols, height), squeeze=False)
+    fig.suptitle(title)
+    return fig, list(axes[0])
+
+
+def loglog_slope(x, y) -> float:
+    """Least-squares slope of log y against log x over the points where both are positive and finite (as
+    lib/metrics/growth.h computes it)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    m = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
+    if m.sum() < 2:
+        return float("nan")
+    return float(np.polyfit(np.log(x[m]), np.log(y[m]), 1)[0])
+
+
+# 1 ---------------------------------------------------------------------------------------------------------------
+def precision_pairs(summary: pd.DataFrame, recorded: pd.DataFrame | None = None, pub=None):
+    """Output error, KL and top-1 agreement of every completed point against its modelled bytes per step (relative
+    to fp32 eager): the dual-precision versus shared-checkpoint table as a figure. `recorded`: the same for a
+    recorded trace (hollow markers). Published: the fp32- and bf16-state errors of a decode kernel (METHOD.md)."""
+    fig, (a_err, a_kl, a_top) = _figure(3, "Precision pairs: error against modelled traffic")
+    sets = [("synthetic", _ok(summary), "o", True)]
+    if recorded is not None and len(recorded):
+        sets.append(("recorded", _ok(recorded), "s", False))
+    for name, df, marker, filled in sets:
+        for dec, g in df.groupby("decoder", sort=False):
+            c = DECODER_COLOUR.get(dec, PALETTE[4])
+            kw = dict(marker=marker, linestyle="none", color=c, markerfacecolor=c if filled else "none",
+                      label=f"{dec} ({name})")
+            x = g["bytes_vs_eager_fp32"]
+            a_err.plot(x, g["out_rel_err_mean"], **kw)
+            if "kl_mean" in g:
+                a_kl.plot(x, g["kl_mean"].clip(lower=1e-18), **kw)
+                a_top.plot(x, g["top1_agree"], **kw)
+            if name == "synthetic":
+                for xi, yi, lab in zip(x, g["out_rel_err_mean"], g["decoder_label"]):
+                    a_err.annotate(lab, (xi, yi), fontsize=5, xytext=(3, 2), textcoords="offset points")
+    _pub_point(a_err, 1.0, _pub(pub, "err_fp32_state_floor"), "published: fp32 state (bf16 out)")
+    _pub_point(a_err, 0.5, _pub(pub, "err_bf16_state"), "published: bf16 state")
+    a_err.set(yscale="log", xlabel="bytes per step / fp32 eager", ylabel="output rel. error (mean)")
+    a_kl.set(yscale="log", xlabel="bytes per step / fp32 eager", ylabel="KL(p_ref ‖ p) (nats, mean)")
+    a_top.set(xlabel="bytes per step / fp32 eager", ylabel="top-1 agreement")
+    a_err.legend(loc="best")
+    return fig
+
+
+# 2 ---------------------------------------------------------------------------------------------------------------
+def growth_slopes(runs: dict) -> pd.DataFrame:
+    """Fitted log-log exponents of every state-error series (per copy and decay band) against the flush count, and of
+    the output error against the step, per run label."""
+    rows = []
+    for label, ds in runs.items():
+        row = {"run": label, "output_vs_step": loglog_slope(np.arange(1, ds.sizes.get("step", 0) + 1),
+                                                            ds["out_rel_err_mean"].values)}
+        for v in ds.data_vars:
+            if v.startswith("state_rel_err_") and "flush_step" in ds[v].dims:
+                y = ds[v].values
+                row[v[len("state_rel_err_"):]] = loglog_slope(np.arange(1, len(y) + 1), y)
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("run")
+
+
+def error_accumulation(runs: dict, band: str = "slow", pub=None):
+    """runs: {label: open_run(...)}. Output error against step and state error (band `band`) against flush count,
+    log-log, with fitted exponents in the legend, √flushes drawn for reference and the published fp8 drift
+    (1% × √flushes); error against position since the last flush."""
+    fig, (a_out, a_state, a_pos) = _figure(3, "Error accumulation")
+    ref_anchor = None
+    for i, (label, ds) in enumerate(runs.items()):
+        c = PALETTE[i % len(PALETTE)]
+        y = ds["out_rel_err_mean"].values
+        t = np.arange(1, len(y) + 1)
+        a_out.plot(t, y, color=c, label=f"{label} (slope {loglog_slope(t, y):.2f})")
+        for copy, ls in (("state", "-."), ("checkpoint", "-"), ("read", "--")):
+            name = f"state_rel_err_{copy}_{band}"
+            if name in ds:
+                s = ds[name].values
+                n = np.arange(1, len(s) + 1)
+                a_state.plot(n, s, color=c, linestyle=ls, marker="o", markersize=2,
+                             label=f"{label} {copy} (slope {loglog_slope(n, s):.2f})")
+                if ref_anchor is None and np.isfinite(s).any() and s[0] > 0:
+                    ref_anchor = (n, s[0])
+        if "out_rel_err_by_position" in ds:
+            a_pos.plot(ds["position"].values, ds["out_rel_err_by_position"].values, color=c, marker="o", label=label)
+    if ref_anchor is not None:
+        n, s0 = ref_anchor
+        a_state.plot(n, s0 * np.sqrt(n), color="grey", linestyle=":", label="√flushes (reference)")
+        nn = np.array([1, 4, 16, 64, 256, 1024])
+        nn = nn[nn <= n[-1]]
+        coeff = _pub(pub, "fp8_ckpt_drift_coeff")
+        a_state.plot(nn, coeff["value"] * np.sqrt(nn), **PUBLISHED_STYLE, label="published: fp8 ≈ 1%·√flushes")
+    else:
+        _missing(a_state, f"no state_rel_err_*_{band} series (metrics.state_error off or no {band} heads)")
+    a_out.set(xscale="log", yscale="log", xlabel="step", ylabel="output rel. error (mean)")
+    a_state.set(xscale="log", yscale="log", xlabel="flushes", ylabel=f"state rel. error ({band} heads)")
+    a_pos.set(yscale="log", xlabel="position since last flush (steps)", ylabel="output rel. error (mean)")
+    for a in (a_out, a_state, a_pos):
+        if a.get_legend_handles_labels()[0]:
+            a.legend(loc="best")
+    return fig
+
+
+# 3 ---------------------------------------------------------------------------------------------------------------
+def interval_sweep(summary: pd.DataFrame, bench: pd.DataFrame | None = None, batch: int = 256, pub=None):
+    """Modelled traffic per step against the checkpoint interval (from a sweep's summary), and measured GPU µs per
+    step (amortised over an interval, from benchmark JSON) against the interval at `batch`; the published optimum
+    intervals (8 for Nemotron-3 Mamba-2, 16 for Qwen3.5 GDN) marked."""
+    fig, (a_bytes, a_us) = _figure(2, "Checkpoint interval sweep")
+    df = _ok(summary)
+    df = df[df["decoder"].isin(["replay", "dual"])]
+    for (dec, sf), g in df.groupby(["decoder", "state_format"], sort=False):
+        g = g.sort_values("interval")
+        a_bytes.plot(g["interval"], g["bytes_vs_eager_fp32"], marker="o", color=DECODER_COLOUR.get(dec),
+                     label=f"{dec} {sf}" + (" (+read copy)" if dec == "dual" else ""))
+    a_bytes.axhline(1.0, color="grey", lw=0.8, ls=":", label="fp32 eager")
+    opt = {}
+    for fam, key in (("mamba2", "best_interval_mamba2"), ("gdn", "best_interval_gdn")):
+        e = _pub(pub, key)
+        opt[fam] = e["value"]
+        for a in (a_bytes, a_us):
+            a.axvline(e["value"], color="black", lw=0.8, ls="--")
+        a_bytes.plot([e["value"]], [1.0], **PUBLISHED_STYLE, label=f"published optimum {fam}: K={e['value']}")
+    a_bytes.set(xscale="log", xlabel="checkpoint interval K (steps)", ylabel="modelled bytes per step / fp32 eager")
+    a_bytes.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    a_bytes.legend(loc="best")
+    if bench is None or bench.empty:
+        _missing(a_us, "GPU benchmark JSON (bench_*_cuda.json)")
+    else:
+        from .bench import step_times
+        st = step_times(bench)
+        st = st[st["batch"] == batch]
+        for i, ((fam, sch, sf), g) in enumerate(st[st["kind"] == "amortised"].groupby(
+                ["family", "scheme", "state_format"], sort=False)):
+            g = g.sort_values("interval")
+            a_us.plot(g["interval"].astype(float), g["time_us"], marker="o", color=PALETTE[i % len(PALETTE)],
+                      label=f"{fam} {sch} {sf}")
+        for i, ((fam, sf), g) in enumerate(st[st["scheme"] == "eager"].groupby(["family", "state_format"])):
+            a_us.axhline(g["time_us"].iloc[0], ls=":", color=PALETTE[(i + 4) % len(PALETTE)],
+                         label=f"{fam} eager {sf}")
+        a_us.set(xscale="log", yscale="log")
+        a_us.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        a_us.legend(loc="best")
+    a_us.set(xlabel="checkpoint interval K (steps)", ylabel=f"GPU µs per step (amortised, batch {batch})")
+    return fig
+
+
+# 4 ---------------------------------------------------------------------------------------------------------------
+def _speedups(bench: pd.DataFrame) -> pd.DataFrame:
+    from .bench import step_times
+    st = step_times(bench)
+    eager = st[st["scheme"] == "eager"].set_index(["family", "state_format", "batch"])["time_us"]
+    rows = []
+    for _, r in st[(st["scheme"] != "eager") & (st["kind"] == "amortised")].iterrows():
+        base_fmt = r["state_format"].split("+")[0]  # dual fp32+bf16 against fp32 eager
+        key = (r["family"], base_fmt, r["batch"])
+        if key in eager.index:
+            rows.append({"family": r["family"], "scheme": r["scheme"], "route": r.get("route"),
+                         "state_format": r["state_format"], "interval": r["interval"], "batch": r["batch"],
+                         "speedup": eager[key] / r["time_us"], "time_us": r["time_us"]})
+    return pd.DataFrame(rows)
+
+
+def gpu_speedup(bench: pd.DataFrame | None, interval: int | None = None, pub=None):
+    """Speed-up of replay/dual (amortised step) over eager of the same state format against batch size, per scheme
+    and family, with the published kernels' figures beside ours; achieved bandwidth as a share of the ceilings
+    measured in the same run (a roofline view: eager and flush steps against the copy ceiling, non-flush steps
+    against the read ceiling)."""
+    fig, (a_sp, a_bw) = _figure(2, "GPU: replay over eager, and share of the bandwidth ceilings")
+    p = pub or load_published()
+    if bench is None or bench.empty:
+        _missing(a_sp, "GPU benchmark JSON (bench_*_cuda.json)")
+        _missing(a_bw, "GPU benchmark JSON (bench_*_cuda.json)")
+    else:
+        sp = _speedups(bench)
+        if interval is not None:
+            sp = sp[sp["interval"] == interval]
+        for i, (key, g) in enumerate(sp.groupby(["family", "scheme", "state_format", "interval"], sort=False)):
+            g = g.sort_values("batch")
+            a_sp.plot(g["batch"].astype(float), g["speedup"], marker="o", color=PALETTE[i % len(PALETTE)],
+                      label="{} {} {} K={}".format(*key))
+        from .bench import step_times
+        st = step_times(bench)
+        st = st[st["kind"].isin(["nonflush", "flush"]) | (st["scheme"] == "eager")]
+        for i, ((fam, sch, sf, kind), g) in enumerate(st.groupby(["family", "scheme", "state_format", "kind"],
+                                                                  dropna=False, sort=False)):
+            if interval is not None and sch != "eager":
+                g = g[g["interval"] == interval]
+            g = g.groupby("batch", as_index=False).mean(numeric_only=True).sort_values("batch")
+            share = g["of_read"] if kind == "nonflush" else g["of_copy"]
+            a_bw.plot(g["batch"].astype(float), share, marker="o", color=PALETTE[i % len(PALETTE)],
+                      label=f"{fam} {sch} {sf} {kind if isinstance(kind, str) else ''}".strip())
+        a_bw.axhline(1.0, color="black", lw=0.8, ls="--", label="measured ceiling")
+        a_bw.legend(loc="best", ncol=1)
+        a_sp.legend(loc="best")
+    _pub_point(a_sp, 256, p["speedup_kernel_mamba2_b256"], "published: Mamba-2 kernel, batch 256")
+    _pub_point(a_sp, 256 * 1.15, p["speedup_kernel_gdn_b256"], "published: GDN kernel, batch 256")
+    _pub_point(a_sp, 1, p["speedup_kernel_b1"], "published: batch 1")
+    a_sp.axhline(1.0, color="grey", lw=0.8, ls=":")
+    a_sp.set(xscale="log", xlabel="batch (sequences)", ylabel="speed-up over eager (×)")
+    a_bw.set(xscale="log", xlabel="batch (sequences)", ylabel="achieved bandwidth / measured ceiling")
+    if a_sp.get_legend() is None:
+        a_sp.legend(loc="best")
+    return fig
+
+
+# 5 ---------------------------------------------------------------------------------------------------------------
+def spec_verify(bench: pd.DataFrame | None, pub=None):
+    """Speculative verify cost (one verify call of T drafts) relative to a standard step against the window T, and
+    time per accepted token (all T accepted). From benchmark rows whose scheme is spec-eager / spec-replay; the
+    published verify costs (METHOD.md at T = 6, GPU.md at T = 4) beside them."""
+    fig, (a_cost, a_tok) = _figure(2, "Speculative verify against the window T")
+    p = pub or load_published()
+    spec = None
+    if bench is not None and not bench.empty:
+        from .bench import step_times
+        st = step_times(bench)
+        spec = st[st["scheme"].astype(str).str.startswith("spec")]
+    if spec is None or spec.empty:
+        why = "speculative benchmark rows (spec-eager / spec-replay); no speculative decoder yet"
+        _missing(a_tok, why)
+        a_cost.text(0.02, 0.97, "ours: " + why, transform=a_cost.transAxes, fontsize=6, va="top")
+    else:
+        std = st[(st["scheme"] == "eager")].set_index(["family", "state_format", "batch"])["time_us"]
+        for i, ((fam, sch, sf, b), g) in enumerate(spec.groupby(["family", "scheme", "state_format", "batch"])):
+            g = g.sort_values("window")
+            base = std.get((fam, sf, b), np.nan)
+            a_cost.plot(g["window"].astype(float), g["time_us"] / base, marker="o", color=PALETTE[i % 8],
+                        label=f"{fam} {sch} {sf} b={b}")
+            a_tok.plot(g["window"].astype(float), g["time_us"] / g["window"].astype(float), marker="o",
+                       color=PALETTE[i % 8], label=f"{fam} {sch} {sf} b={b}")
+        a_tok.legend(loc="best")
+    _pub_point(a_cost, 6, p["spec_eager_verify_cost_T6"], "published: eager verify, T=6")
+    _pub_point(a_cost, 6.15, p["spec_replay_verify_cost_T6"], "published: replay verify, T=6")
+    # GPU.md's verify times over the standard replay step of the same run (356 µs Mamba-2, 153 µs GDN).
+    for key, std_us, lab in (("us_mamba2_spec_eager_T4_b256", 356, "Mamba-2 eager"),
+                             ("us_mamba2_spec_replay_T4_b256", 356, "Mamba-2 replay"),
+                             ("us_gdn_spec_eager_T4_b256", 153, "GDN eager"),
+                             ("us_gdn_spec_replay_T4_b256", 153, "GDN replay")):
+        e = dict(p[key])
+        e["value"] = e["value"] / std_us
+        _pub_point(a_cost, 4, e, None)
+        a_cost.annotate(lab, (4, e["value"]), fontsize=5, xytext=(5, 0), textcoords="offset points")
+    a_cost.set(yscale="log", xlabel="window T (draft tokens)", ylabel="verify cost / standard step (×)")
+    a_tok.set(xlabel="window T (draft tokens)", ylabel="GPU µs per accepted token")
+    a_cost.legend(loc="lower right")
+    return fig
+
+
+# 6 ---------------------------------------------------------------------------------------------------------------
+def flush_arith(runs: dict, pub=None):
+    """runs: {arithmetic: open_run(...)} of replay with an fp32 checkpoint. Output error against step (log-log) per
+    flush arithmetic, and the mean over the run, with the published drift of plain tf32 (about 1e-2) and 3-pass
+    tf32 (about 1e-5) beside them."""
+    fig, (a_t, a_m) = _figure(2, "Flush GEMM arithmetic against drift")
+    names = list(runs)
+    for i, (arith, ds) in enumerate(runs.items()):
+        y = ds["out_rel_err_mean"].values
+        t = np.arange(1, len(y) + 1)
+        a_t.plot(t, y, color=PALETTE[i % 8], label=f"{arith} (slope {loglog_slope(t, y):.2f})")
+        a_m.plot([i], [np.nanmean(y)], marker="o", color=PALETTE[i % 8], linestyle="none",
+                 label=f"{arith} (ours)")
+    for key, arith in (("tf32_flush_drift", "tf32"), ("tf32x3_flush_err", "3xtf32")):
+        e = _pub(pub, key)
+        a_t.axhline(e["value"], color="black", lw=0.8, ls="--")
+        a_t.plot([a_t.get_xlim()[1] if names else 1], [e["value"]], **PUBLISHED_STYLE,
+                 label=f"published {arith}: ≈{e['value']:.0e}")
+        x = names.index(arith) + 0.15 if arith in names else len(names)
+        _pub_point(a_m, x, e, f"published {arith}")
+    a_t.set(xscale="log", yscale="log", xlabel="step", ylabel="output rel. error (mean over sequences)")
+    a_m.set(yscale="log", xticks=range(len(names)), xticklabels=names, xlabel="flush arithmetic",
+            ylabel="output rel. error (mean over steps)")
+    a_t.legend(loc="best")
+    a_m.legend(loc="best")
+    return fig
+
+
+# 7 ---------------------------------------------------------------------------------------------------------------
+def backend_diff(summary: pd.DataFrame | None, runs: dict | None = None):
+    """GPU against CPU emulation, from `backend = cpu, cuda` runs: per scheme, the distribution over steps of the
+    difference of each cuda point from its cpu twin (relative, and in ulps of out_format). runs: {label:
+    open_run(...)} of cuda points with a twin; without them, the summary's maxima are drawn."""
+    fig, (a_rel, a_ulp) = _figure(2, "GPU kernels against their CPU emulation")
+    have = summary is not None and "backend_diff_rel_max" in summary and \
+        _ok(summary)["backend_diff_rel_max"].notna().any()
+    if runs:
+        labels = list(runs)
+        rel = [runs[k]["backend_diff_rel_max"].values for k in labels]
+        ulp = [runs[k]["backend_diff_ulps_max"].values for k in labels]
+        a_rel.boxplot([np.clip(r, 1e-12, None) for r in rel], labels=labels, vert=True)
+        a_ulp.boxplot(ulp, labels=labels, vert=True)
+        for a in (a_rel, a_ulp):
+            a.tick_params(axis="x", labelrotation=60, labelsize=6)
+        a_rel.set(yscale="log")
+    elif have:
+        df = _ok(summary).dropna(subset=["backend_diff_rel_max"])
+        x = np.arange(len(df))
+        a_rel.plot(x, df["backend_diff_rel_max"].clip(lower=1e-12), "o", label="max over steps")
+        a_ulp.plot(x, df["backend_diff_ulps_max"], "o", label="max over steps")
+        for a in (a_rel, a_ulp):
+            a.set_xticks(x, df["decoder_label"], rotation=60, fontsize=6)
+        a_rel.set(yscale="log")
+    else:
+        for a in (a_rel, a_ulp):
+            _missing(a, "result files with backend = cpu, cuda points (GPU runs)")
+    a_rel.set(ylabel="‖y_cuda − y_cpu‖ / ‖y_cpu‖ per step (max over seqs)", xlabel="scheme")
+    a_ulp.set(ylabel="max distance per step (ulps of out_format)", xlabel="scheme")
+    return fig
+
+
+FIGURES = {
+    "precision_pairs": precision_pairs,
+    "error_accumulation": error_accumulation,
+    "interval_sweep": interval_sweep,
+    "gpu_speedup": gpu_speedup,
+    "spec_verify": spec_verify,
+    "flush_arith": flush_arith,
+    "backend_diff": backend_diff,
+}
+
+
+def save(fig, folder: str, name: str) -> list[str]:
+    """Writes NAME.png and NAME.svg into folder; returns the paths."""
+    import os
+    os.makedirs(folder, exist_ok=True)
+    out = []
+    for ext in ("png", "svg"):
+        path = os.path.join(folder, f"{name}.{ext}")
+        fig.savefig(path)
+        out.append(path)
+    plt.close(fig)
+    return out
+
+
+def finite(x) -> bool:
+    return x is not None and isinstance(x, (int, float)) and math.isfinite(x)

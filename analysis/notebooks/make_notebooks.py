@@ -1,0 +1,69 @@
+"""Writes the notebooks of this folder (one per figure of issue 13) from the cells below, so they stay small and
+alike; edit here and rerun `python3 analysis/notebooks/make_notebooks.py`. Executed headless by scripts/reproduce.sh."""
+import os
+
+import nbformat
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SETUP = "from analysis.notebook import context\nfrom analysis import figures\nctx = context()"
+
+NOTEBOOKS = {
+    "1_precision_pairs": (
+        "# Precision pairs\nOutput error, KL and top-1 of eager / shared checkpoint / dual at every format pair, "
+        "against modelled bytes per step (configs/paper/precision_kl.ini; hollow squares: the recorded tiny-hybrid "
+        "layer 00 when its result file is there).",
+        "s = ctx.summary('precision_kl')\nrec = ctx.summary('recorded_tiny_hybrid_layer00_mamba2')\n"
+        "fig = figures.precision_pairs(s, recorded=rec)\n"
+        "ok = s[s.status == 'ok']\n"
+        "ok[['decoder_label', 'out_rel_err_mean', 'kl_mean', 'top1_agree', 'bytes_vs_eager_fp32']]",
+        "precision_pairs"),
+    "2_error_accumulation": (
+        "# Error accumulation\nOutput error against step, slow heads' state error against flushes (log-log, fitted "
+        "exponents), error against position since the last flush (configs/paper/precision_kl.ini, interval 8).",
+        "keep = {'eager-bf16', 'replay-bf16-K8', 'replay-e4m3-K8', 'dual-fp32+bf16-K8', 'dual-fp32+e4m3-K8'}\n"
+        "runs = ctx.runs('precision_kl', where=lambda r: r.decoder_label in keep)\n"
+        "fig = figures.error_accumulation(runs)\nfigures.growth_slopes(runs)",
+        "error_accumulation"),
+    "3_interval_sweep": (
+        "# Interval sweep\nModelled traffic and measured GPU µs per step against the checkpoint interval "
+        "(configs/paper/interval_sweep.ini; GPU: the newest benchmark JSON).",
+        "fig = figures.interval_sweep(ctx.summary('interval_sweep'), ctx.bench())",
+        "interval_sweep"),
+    "4_gpu_speedup": (
+        "# GPU speed-up\nReplay over eager against batch size, and achieved bandwidth as a share of the ceilings "
+        "measured in the same run (benchmark JSON).",
+        "fig = figures.gpu_speedup(ctx.bench())",
+        "gpu_speedup"),
+    "5_spec_verify": (
+        "# Speculative verify\nVerify cost against the window T and time per accepted token (benchmark JSON with "
+        "spec-* rows).",
+        "fig = figures.spec_verify(ctx.bench())",
+        "spec_verify"),
+    "6_flush_arith": (
+        "# Flush arithmetic\nfp32, tf32, 3xtf32, bf16 operands in the flush GEMM against drift "
+        "(configs/paper/flush_arith.ini).",
+        "runs = ctx.runs('flush_arith', label='flush_arith')\nfig = figures.flush_arith(runs)",
+        "flush_arith"),
+    "7_backend_diff": (
+        "# GPU against CPU emulation\nPer-scheme distributions of the difference of cuda points from their cpu "
+        "twins (configs/paper/backend_diff.ini; cuda points need a device).",
+        "s = ctx.summary('backend_diff')\n"
+        "runs = ctx.runs('backend_diff', where=lambda r: r.backend == 'cuda') if s is not None else {}\n"
+        "fig = figures.backend_diff(s, runs)",
+        "backend_diff"),
+}
+
+
+def main():
+    for name, (md, code, fig) in NOTEBOOKS.items():
+        nb = nbformat.v4.new_notebook()
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nb.cells = [nbformat.v4.new_markdown_cell(md), nbformat.v4.new_code_cell(SETUP),
+                    nbformat.v4.new_code_cell(code), nbformat.v4.new_code_cell(f"ctx.save(fig, '{fig}')")]
+        for i, c in enumerate(nb.cells):
+            c["id"] = f"c{i}"
+        nbformat.write(nb, os.path.join(HERE, f"{name}.ipynb"))
+
+
+if __name__ == "__main__":
+    main()
