@@ -355,9 +355,10 @@ def backend_diff(summary: pd.DataFrame | None, runs: dict | None = None):
         labels = list(runs)
         rel = [runs[k]["backend_diff_rel_max"].values for k in labels]
         ulp = [runs[k]["backend_diff_ulps_max"].values for k in labels]
-        a_rel.boxplot([np.clip(r, 1e-12, None) for r in rel], labels=labels, vert=True)
-        a_ulp.boxplot(ulp, labels=labels, vert=True)
+        a_rel.boxplot([np.clip(r, 1e-12, None) for r in rel])
+        a_ulp.boxplot(ulp)
         for a in (a_rel, a_ulp):
+            a.set_xticks(range(1, len(labels) + 1), labels)
             a.tick_params(axis="x", labelrotation=60, labelsize=6)
         a_rel.set(yscale="log")
     elif have:

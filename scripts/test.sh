@@ -6,6 +6,9 @@
 #   3. build-fuzz/  the libFuzzer targets (clang++), each over its committed corpus and then a fixed number of mutated
 #                   inputs from a fixed seed (scripts/fuzz.sh --ci): the same commit fuzzes the same inputs on every
 #                   machine, so this part passes or fails the same way everywhere.
+#   4. analysis     pytest over the analysis package (tests/python/test_analysis.py) on result files the Release
+#                   replayssm makes during the run, the --quick reproduction included (about a minute): its passed and
+#                   failed counts join the closing line; pytest finding no test (exit 5) counts as a failure.
 # Every part runs even when an earlier one has failing tests (a build error stops at once); the end shows each
 # part's duration, the ctest summaries again, and one closing line "total: N passed, N failed" (ctest tests of both
 # builds, one per fuzz target and one for fuzz_trace's crash classification). Extra arguments go to both ctest
@@ -104,5 +107,23 @@ timed "fuzzing (build + fixed seed and inputs)" scripts/fuzz.sh --ci
 fuzz_line=$(grep -E '^fuzz: [0-9]+ passed, [0-9]+ failed' build-fuzz/fuzz-summary.txt 2>/dev/null || echo "fuzz: 0 passed, 1 failed")
 passed_total=$((passed_total + $(sed -E 's/fuzz: ([0-9]+) passed.*/\1/' <<<"$fuzz_line")))
 failed_total=$((failed_total + $(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$fuzz_line")))
+
+# Part 4: the analysis package. pytest's own summary line gives the counts; exit 5 (no tests collected) means the
+# wiring is broken and counts as one failure, as does any run whose summary line is missing.
+tests_python() {
+  local rc=0
+  REPLAYSSM="$PWD/build/experiments/replayssm" python3 -m pytest -q -p no:cacheprovider tests/python/test_analysis.py \
+    2>&1 | tee build/pytest.log || rc=$?  # pipefail: pytest's status, not tee's
+  if [ "$rc" -eq 5 ]; then echo "test.sh: pytest collected no tests (exit 5): the analysis tests are not wired" >&2; fi
+  return "$rc"
+}
+timed "analysis (pytest, --quick reproduction)" tests_python
+py_line=$(grep -E '[0-9]+ (passed|failed|errors?)' build/pytest.log | tail -1 || true)
+py_passed=$(grep -oE '[0-9]+ passed' <<<"$py_line" | grep -oE '[0-9]+' || echo 0)
+py_failed=0
+for n in $(grep -oE '[0-9]+ (failed|errors?)' <<<"$py_line" | grep -oE '^[0-9]+' || true); do py_failed=$((py_failed + n)); done
+if [ -z "$py_line" ] || { [ "$py_passed" -eq 0 ] && [ "$py_failed" -eq 0 ]; }; then py_failed=1; fi
+passed_total=$((passed_total + py_passed))
+failed_total=$((failed_total + py_failed))
 
 [ ${#failed_parts[@]} -eq 0 ]

@@ -1,0 +1,209 @@
+"""Tests of the analysis package (issue 13) on small result files that replayssm makes during the test run: loading
+(integer counts, old files with text counts), merging shards and cpu/cuda files, benchmark JSON, every plotting
+function's axes and series, and the --quick reproduction end to end (every notebook executes, every figure exists).
+
+    REPLAYSSM=build/experiments/replayssm python3 -m pytest tests/python/test_analysis.py
+The binary defaults to build/experiments/replayssm; a missing binary is a failure, not a skip.
+tests/python/data/bench_mamba2_cuda_sample.json: a cut of a real bench_mamba2_cuda run on the H200 (medians of
+batch 1, 64, 256 at intervals 8 and 16, and the ceilings).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, ROOT)
+
+from analysis import bench, figures, published, results  # noqa: E402
+
+BENCH = os.path.join(ROOT, "tests/python/data/bench_mamba2_cuda_sample.json")
+TINY = ["--set", "synth.preset=custom", "--set", "synth.family=mamba2", "--set", "synth.H=4", "--set", "synth.P=8",
+        "--set", "synth.N=16", "--set", "synth.G=2", "--set", "synth.steps=64", "--set", "synth.seqs=2",
+        "--set", "synth.slow_head_frac=0.25", "--set", "metrics.vocab=64"]
+SWEEP = ["--set", "scheme.decoder=eager,replay,dual", "--set", "scheme.state_format=fp32,bf16",
+         "--set", "scheme.interval=4,8"]
+
+
+def replayssm() -> str:
+    b = os.environ.get("REPLAYSSM", os.path.join(ROOT, "build/experiments/replayssm"))
+    if not os.access(b, os.X_OK):
+        pytest.fail(f"no replayssm binary at {b} (build it, or set REPLAYSSM)")
+    return b
+
+
+def cli(*args, cwd=ROOT):
+    p = subprocess.run([replayssm(), *args], cwd=cwd, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    return p
+
+
+@pytest.fixture(scope="session")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("results")
+    cfg = d / "empty.ini"
+    cfg.write_text("[run]\n")
+    out = {"full": str(d / "full.h5"), "s0": str(d / "s0.h5"), "s1": str(d / "s1.h5"), "cuda": str(d / "cuda.h5")}
+    cli("run", str(cfg), "-o", out["full"], "--quiet", *TINY, *SWEEP)
+    cli("run", str(cfg), "-o", out["s0"], "--quiet", "--shard", "0/2", *TINY, *SWEEP)
+    cli("run", str(cfg), "-o", out["s1"], "--quiet", "--shard", "1/2", *TINY, *SWEEP)
+    cli("run", str(cfg), "-o", out["cuda"], "--quiet", *TINY, "--set", "scheme.decoder=replay",
+        "--set", "scheme.backend=cpu,cuda")
+    # An older file: counts stored as text, as before issue 13.
+    out["old"] = str(d / "old.h5")
+    with h5py.File(out["full"], "r") as src, h5py.File(out["old"], "w") as dst:
+        for k, v in src.attrs.items():
+            dst.attrs[k] = v
+        src.copy("runs", dst)
+        g = dst.create_group("summary")
+        for name, ds in src["summary"].items():
+            v = ds[()]
+            if name in ("interval", "buffer_len"):
+                g.create_dataset(name, data=np.array([str(x).encode() for x in v], dtype=h5py.string_dtype()))
+            else:
+                g.create_dataset(name, data=v)
+        for rid in dst["runs"]:
+            dst["runs"][rid].attrs["interval"] = str(dst["runs"][rid].attrs["interval"])
+    return out
+
+
+def test_summary_types_and_runs(files):
+    s = results.summary_frame(files["full"])
+    assert len(s) == 12 and s["interval"].dtype == np.int64 and s["buffer_len"].dtype == np.int64
+    assert s["state_format"].dtype == object and set(s["state_format"]) == {"fp32", "bf16"}
+    ok = results.completed(s)
+    assert (ok["out_rel_err_mean"] > 0).all()
+    assert set(ok[ok["decoder"] == "replay"]["interval"]) == {4, 8}
+    x = results.open_summary(files["full"])
+    assert x.sizes["run"] == 12 and x["interval"].dtype == np.int64 and "git_commit" in x.attrs
+    rid = ok[(ok["decoder"] == "replay") & (ok["state_format"] == "bf16") & (ok["interval"] == 8)]["run"].iloc[0]
+    r = results.open_run(files["full"], rid)
+    assert r["out_rel_err_mean"].dims == ("step",) and r.sizes["step"] == 64
+    assert r.attrs["interval"] == 8 and isinstance(r.attrs["interval"], int)
+    assert r["out_rel_err_by_position"].dims == ("position",) and r.sizes["position"] == 8
+    assert any(v.startswith("state_rel_err_checkpoint") and r[v].dims == ("flush_step",) for v in r.data_vars)
+    with pytest.raises(KeyError):
+        results.open_run(files["full"], "run_9999")
+
+
+def test_old_files_cast_on_load(files):
+    old, new = results.summary_frame(files["old"]), results.summary_frame(files["full"])
+    assert old["interval"].dtype == np.int64
+    assert list(old["interval"]) == list(new["interval"])
+    rid = results.run_ids(files["old"])[0]
+    assert results.open_run(files["old"], rid).attrs["interval"] == results.open_run(files["full"], rid).attrs["interval"]
+
+
+def test_merge_shards_and_backends(files):
+    m = results.merge_results([files["s0"], files["s1"]])
+    full = results.summary_frame(files["full"])
+    assert len(m) == len(full)
+    key = ["decoder", "state_format", "interval"]
+    assert sorted(map(tuple, m[key].values.tolist())) == sorted(map(tuple, full[key].values.tolist()))
+    assert (results.completed(m)["status"] == "ok").sum() == (full["status"] == "ok").sum()
+    assert set(m["file"]) == {files["s0"], files["s1"]}
+    # A rerun of the same points does not duplicate them; cpu and cuda rows stay apart.
+    assert len(results.merge_results([files["full"], files["s0"]])) == len(full)
+    c = results.merge_results([files["cuda"], files["full"]])
+    assert set(c["backend"]) == {"cpu", "cuda"}
+    cuda = c[c["backend"] == "cuda"]
+    assert len(cuda) > 0 and (cuda["status"] == "skipped").all()  # no device, or no CUDA build, here
+
+
+def test_benchmark_json():
+    df, ctx = bench.read_benchmark(BENCH)
+    assert ctx["gpu"] == "NVIDIA H200" and isinstance(ctx["copy_ceiling_GBps"], float)
+    st = bench.step_times(df)
+    r = st[(st["scheme"] == "replay") & (st["state_format"] == "fp32") & (st["interval"] == 16) &
+           (st["kind"] == "amortised") & (st["batch"] == 256)]
+    assert len(r) == 1 and r["time_us"].iloc[0] > 0
+    assert set(df[df["scheme"] == "ceiling"]["case"]) == {"copy_d2d", "read_only"}
+    assert (df["family"] == "mamba2").all()
+    p = bench.parse_name("replay/inner/fp32/K16/flush/batch:64/iterations:10/repeats:5/manual_time_median")
+    assert (p["route"], p["interval"], p["kind"], p["batch"], p["stat"]) == ("inner", 16, "flush", 64, "median")
+    assert bench.find_benchmarks(os.path.dirname(BENCH)) == [BENCH]
+
+
+def test_published_entries():
+    p = published.published()
+    assert p["best_interval_mamba2"]["value"] == 8 and p["best_interval_gdn"]["value"] == 16
+    assert all(e["source"].split(",")[0] in ("METHOD.md", "GPU.md", "KERNELS.md") for e in p.values())
+    c = published.compare(1.5, p["speedup_kernel_mamba2_b256"])
+    assert c["inside"] is True and abs(c["ratio"] - 1.5 / 1.635) < 1e-12
+
+
+def _labels(ax):
+    return ax.get_legend_handles_labels()[1]
+
+
+def test_every_figure(files):
+    df, _ = bench.read_benchmark(BENCH)
+    s = results.summary_frame(files["full"])
+    ok = results.completed(s)
+    runs = {r.decoder_label: results.open_run(files["full"], r.run) for r in ok.itertuples() if r.interval == 8}
+
+    f = figures.precision_pairs(s, recorded=s)
+    assert len(f.axes) == 3 and f.axes[0].get_yscale() == "log"
+    assert {"eager (synthetic)", "replay (synthetic)", "dual (synthetic)", "dual (recorded)"} <= set(_labels(f.axes[0]))
+    assert any(lab.startswith("published") for lab in _labels(f.axes[0]))
+
+    f = figures.error_accumulation(runs)
+    assert len(f.axes) == 3 and f.axes[1].get_xscale() == "log"
+    assert len(f.axes[0].lines) == len(runs)
+    assert "√flushes (reference)" in _labels(f.axes[1])
+    assert set(figures.growth_slopes(runs).index) == set(runs)
+
+    f = figures.interval_sweep(s, df)
+    assert len(f.axes) == 2
+    assert any("replay fp32" in lab for lab in _labels(f.axes[0]))
+    assert any("mamba2 replay fp32" in lab for lab in _labels(f.axes[1]))
+    assert [t.get_text() for t in f.axes[1].texts if t.get_text().startswith("no data")] == []
+    f = figures.interval_sweep(s, None)
+    assert any(t.get_text().startswith("no data: GPU benchmark JSON") for t in f.axes[1].texts)
+
+    f = figures.gpu_speedup(df)
+    assert len(f.axes) == 2 and any("K=16" in lab for lab in _labels(f.axes[0]))
+    assert "measured ceiling" in _labels(f.axes[1])
+    assert sum(lab.startswith("published") for lab in _labels(f.axes[0])) == 3
+    f = figures.gpu_speedup(None)
+    assert all(any(t.get_text().startswith("no data") for t in a.texts) for a in f.axes)
+
+    f = figures.spec_verify(df)  # no spec rows in this JSON: published points, and the note
+    assert len(f.axes) == 2 and any("published: eager verify" in lab for lab in _labels(f.axes[0]))
+    assert any(t.get_text().startswith("no data") for t in f.axes[1].texts)
+
+    f = figures.flush_arith({"fp32": runs["replay-fp32-K8"], "tf32": runs["replay-bf16-K8"]})
+    assert len(f.axes) == 2 and len(f.axes[0].get_lines()) >= 2 and f.axes[0].get_yscale() == "log"
+    assert any(lab.startswith("published tf32") for lab in _labels(f.axes[0]))
+
+    f = figures.backend_diff(results.summary_frame(files["cuda"]))
+    assert len(f.axes) == 2 and any(t.get_text().startswith("no data") for t in f.axes[0].texts)
+    fake = runs["replay-fp32-K8"].assign(backend_diff_rel_max=runs["replay-fp32-K8"]["out_rel_err_mean"],
+                                         backend_diff_ulps_max=runs["replay-fp32-K8"]["out_rel_err_mean"] * 0 + 2)
+    f = figures.backend_diff(None, {"replay-fp32-K8": fake})
+    assert [t.get_text() for t in f.axes[0].get_xticklabels()] == ["replay-fp32-K8"]
+    assert set(figures.FIGURES) == {"precision_pairs", "error_accumulation", "interval_sweep", "gpu_speedup",
+                                    "spec_verify", "flush_arith", "backend_diff"}
+
+
+def test_quick_reproduction(tmp_path):
+    out = tmp_path / "report"
+    env = dict(os.environ, REPLAYSSM=replayssm(), OMP_WAIT_POLICY="passive")
+    p = subprocess.run([os.path.join(ROOT, "scripts/reproduce.sh"), "--quick", "--out", str(out),
+                        "--bench", os.path.dirname(BENCH)], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    for stage in ("stage 1/4", "stage 2/4", "stage 3/4", "stage 4/4"):
+        assert stage in p.stderr
+    for name in figures.FIGURES:
+        for ext in ("png", "svg"):
+            path = out / "figures" / f"{name}.{ext}"
+            assert path.exists() and path.stat().st_size > 0, path
+    assert len(list((out / "notebooks").glob("*.ipynb"))) == 7
+    report = (out / "report.md").read_text()
+    assert "| quantity | ours | published | ratio |" in report and "flush_arith.ini" in report
+    assert "bench_mamba2_cuda_sample.json" in report
