@@ -1,13 +1,14 @@
-// The CUDA backend of a CUDA build: a point runs when the machine has a device and a kernel exists for its scheme.
-// Kernels plug in here: make_cuda_decoder builds their decoder, and cuda_unavailable_reason stops saying
-// "no CUDA kernel" for the schemes they cover. Plain C++ against the CUDA runtime API (no device code here).
-// Covered now: the Mamba-2 kernels (kernels/mamba2/mamba2_decoder.h). A Scheme does not name its layer's family, so
-// a GDN layer reaches the Mamba-2 decoder, whose reset() refuses it with a config error (not a skip).
+// The CUDA backend of a CUDA build: a point runs when the machine has a device and a kernel exists for its scheme on
+// its layer's family. Kernels plug in here: make_cuda_decoder builds their decoder, and cuda_unavailable_reason stops
+// saying "no CUDA kernel" for the schemes they cover. Plain C++ against the CUDA runtime API (no device code here).
+// Covered now: the Mamba-2 kernels (kernels/mamba2/mamba2_decoder.h) and the Gated DeltaNet kernels
+// (kernels/gdn/gdn_decoder.h), each with its own list of what it implements.
 #include "cuda_backend.h"
 
 #include <cuda_runtime.h>
 
 #include "errors.h"
+#include "gdn/gdn_decoder.h"
 #include "mamba2/mamba2_decoder.h"
 
 namespace rssm {
@@ -25,20 +26,23 @@ bool have_device() {
   return have;
 }
 
-// Why no kernel covers the scheme ("" when one does): the Mamba-2 decoder's list of what its kernels implement.
-std::string kernel_unavailable_reason(const Scheme& scheme) { return mamba2_cuda_unsupported(scheme); }
+// Why no kernel covers the scheme on this family ("" when one does): the family's decoder lists what its kernels
+// implement.
+std::string kernel_unavailable_reason(const Scheme& scheme, Family family) {
+  return family == Family::GDN ? gdn_cuda_unsupported(scheme) : mamba2_cuda_unsupported(scheme);
+}
 
 }  // namespace
 
-std::string cuda_unavailable_reason(const Scheme& scheme) {
+std::string cuda_unavailable_reason(const Scheme& scheme, Family family) {
   if (!have_device()) return "no CUDA device on this machine";
-  return kernel_unavailable_reason(scheme);
+  return kernel_unavailable_reason(scheme, family);
 }
 
-std::unique_ptr<Decoder> make_cuda_decoder(const Scheme& scheme, uint64_t seed) {
-  const std::string why = cuda_unavailable_reason(scheme);
+std::unique_ptr<Decoder> make_cuda_decoder(const Scheme& scheme, Family family, uint64_t seed) {
+  const std::string why = cuda_unavailable_reason(scheme, family);
   if (!why.empty()) throw InternalError("make_cuda_decoder(" + scheme.name() + "): " + why);
-  return make_mamba2_cuda_decoder(scheme, seed);
+  return family == Family::GDN ? make_gdn_cuda_decoder(scheme, seed) : make_mamba2_cuda_decoder(scheme, seed);
 }
 
 }  // namespace rssm

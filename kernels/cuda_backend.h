@@ -12,15 +12,18 @@
 
 #include "decoder/decoder.h"
 #include "decoder/scheme.h"
+#include "model/family.h"
 
 namespace rssm {
 
-// Empty when a CUDA decoder can run `scheme` here (a CUDA build, a device, a kernel for the scheme); otherwise one
-// line saying why not, used as the point's skip reason.
-std::string cuda_unavailable_reason(const Scheme& scheme);
+// Empty when a CUDA decoder can run `scheme` on a layer of `family` here (a CUDA build, a device, a kernel for the
+// scheme and family); otherwise one line saying why not, used as the point's skip reason. The family is an argument
+// because a Scheme does not name it and each family has its own kernels.
+std::string cuda_unavailable_reason(const Scheme& scheme, Family family);
 
-// The CUDA decoder of `scheme`; `seed` keys stochastic rounding (the same Philox counters as the CPU decoders).
-// Throws InternalError when cuda_unavailable_reason(scheme) is not empty (the sweep skips those points first).
-std::unique_ptr<Decoder> make_cuda_decoder(const Scheme& scheme, uint64_t seed);
+// The CUDA decoder of `scheme` for layers of `family`; `seed` keys stochastic rounding (the same Philox counters as
+// the CPU decoders). Throws InternalError when cuda_unavailable_reason(scheme, family) is not empty (the sweep skips
+// those points first).
+std::unique_ptr<Decoder> make_cuda_decoder(const Scheme& scheme, Family family, uint64_t seed);
 
 }  // namespace rssm

@@ -5,10 +5,12 @@
 
 namespace rssm {
 
-std::string cuda_unavailable_reason(const Scheme&) { return "this build has no CUDA kernels (configured without nvcc)"; }
+std::string cuda_unavailable_reason(const Scheme&, Family) {
+  return "this build has no CUDA kernels (configured without nvcc)";
+}
 
-std::unique_ptr<Decoder> make_cuda_decoder(const Scheme& scheme, uint64_t) {
-  throw InternalError("make_cuda_decoder(" + scheme.name() + "): " + cuda_unavailable_reason(scheme));
+std::unique_ptr<Decoder> make_cuda_decoder(const Scheme& scheme, Family family, uint64_t) {
+  throw InternalError("make_cuda_decoder(" + scheme.name() + "): " + cuda_unavailable_reason(scheme, family));
 }
 
 }  // namespace rssm

@@ -91,30 +91,33 @@ TEST_CASE("scheme: parsed once from a point's parameters, with a unique name", "
 }
 
 TEST_CASE("factory: backend limits are skip reasons, cuda never runs on the CPU", "[seam]") {
-  Scheme s;
-  s.decoder = DecoderKind::Replay;
-  s.interval = kMaxInterval + 1;
-  CHECK_THAT(backend_unavailable_reason(s), Contains("interval") && Contains(std::to_string(kMaxInterval)));
-  CHECK_THROWS_AS(make_decoder(s, 1), InternalError);
-  s.interval = kMaxInterval;
-  CHECK(backend_unavailable_reason(s).empty());
-  CHECK(make_decoder(s, 1)->name() == s.decoder_name());
+  for (Family fam : {Family::Mamba2, Family::GDN}) {
+    INFO(family_name(fam));
+    Scheme s;
+    s.decoder = DecoderKind::Replay;
+    s.interval = kMaxInterval + 1;
+    CHECK_THAT(backend_unavailable_reason(s, fam), Contains("interval") && Contains(std::to_string(kMaxInterval)));
+    CHECK_THROWS_AS(make_decoder(s, fam, 1), InternalError);
+    s.interval = kMaxInterval;
+    CHECK(backend_unavailable_reason(s, fam).empty());
+    CHECK(make_decoder(s, fam, 1)->name() == s.decoder_name());
 
-  Scheme c;
-  c.backend = Backend::Cuda;
-  const std::string why = cuda_unavailable_reason(c);
-  CHECK(backend_unavailable_reason(c) == why);
-  if (!why.empty()) {
-    // Either no CUDA in this build, no device, or no kernel for the scheme: each says so.
-    CHECK_THAT(why, Contains("CUDA"));
-    CHECK_THROWS_AS(make_decoder(c, 1), InternalError);
+    Scheme c;
+    c.backend = Backend::Cuda;
+    const std::string why = cuda_unavailable_reason(c, fam);
+    CHECK(backend_unavailable_reason(c, fam) == why);
+    if (!why.empty()) {
+      // Either no CUDA in this build, no device, or no kernel for the scheme: each says so.
+      CHECK_THAT(why, Contains("CUDA"));
+      CHECK_THROWS_AS(make_decoder(c, fam, 1), InternalError);
+    }
   }
 }
 
 TEST_CASE("cli: cuda points are skipped with the backend's reason, the cpu points run", "[seam][cli]") {
   Scheme probe;
   probe.backend = Backend::Cuda;
-  const std::string why = cuda_unavailable_reason(probe);
+  const std::string why = cuda_unavailable_reason(probe, Family::Mamba2);  // quickstart.ini is a Mamba-2 layer
   if (why.empty()) {
     WARN("a CUDA kernel runs here: the skip path is not exercised");
     return;
@@ -144,6 +147,40 @@ TEST_CASE("cli: cuda points are skipped with the backend's reason, the cpu point
     }
   }
   CHECK(ran == 5);
+}
+
+TEST_CASE("cli: a GDN layer with backend = cpu, cuda runs its cpu points; a cuda point runs or is skipped", "[seam][cli]") {
+  // The skip check sees the layer's family: a cuda point of a GDN layer is never handed to another family's kernels
+  // (which would refuse it at reset with a config error and stop the run).
+  test::TempDir d;
+  const std::string out = d / "g.h5";
+  const auto r = test::run_cli(std::string("run ") + REPLAYSSM_SOURCE_DIR + "/configs/quickstart.ini -o " + out +
+                                   " --set synth.preset=custom --set synth.family=gdn --set synth.HK=1 --set synth.HV=2"
+                                   " --set synth.K=16 --set synth.V=8 --set run.steps=12 --set scheme.interval=4"
+                                   " --set scheme.route=inner,reconstruct --set scheme.backend=cpu,cuda --quiet",
+                               d);
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  Scheme probe;
+  probe.backend = Backend::Cuda;
+  const std::string why = cuda_unavailable_reason(probe, Family::GDN);
+  h5::Handle f = h5::open_file(out, "result");
+  const auto backend = h5::read_strings(f, "summary/backend", out);
+  const auto status = h5::read_strings(f, "summary/status", out);
+  const auto reason = h5::read_strings(f, "summary/skip_reason", out);
+  REQUIRE(backend.size() == status.size());
+  int cpu_ran = 0, cuda_ran = 0;
+  for (size_t i = 0; i < backend.size(); ++i) {
+    INFO(backend[i] << " " << status[i] << " " << reason[i]);
+    if (status[i] != "ok") {
+      if (backend[i] == "cuda" && reason[i].find("CUDA") != std::string::npos && !why.empty())
+        CHECK_THAT(reason[i], Contains(why.substr(0, why.find(" for "))));
+      continue;
+    }
+    (backend[i] == "cpu" ? cpu_ran : cuda_ran) += 1;
+  }
+  CHECK(cpu_ran == 8);  // eager fp32/bf16; replay fp32/bf16 and dual fp32+bf16, each on both routes
+  CHECK(cuda_ran == (why.empty() ? cpu_ran : 0));
 }
 
 TEST_CASE("lockstep: twins are compared step by step next to their error against fp64", "[seam][lockstep]") {
@@ -267,12 +304,12 @@ TEST_CASE("out_format: every CPU decoder rounds its outputs to it", "[seam]") {
       Scheme dl = r;
       dl.decoder = DecoderKind::Dual;
       for (const Scheme& s : {e, r, dl}) {
-        auto dec = make_decoder(s, 1);
+        auto dec = make_decoder(s, fam, 1);
         auto wide = make_decoder([&] {
           Scheme w = s;
           w.out_format = Format::FP64;
           return w;
-        }(), 1);
+        }(), fam, 1);
         dec->reset(src.model(), 2);
         wide->reset(src.model(), 2);
         const size_t n = static_cast<size_t>(12) * 2 * src.model().out_elems();

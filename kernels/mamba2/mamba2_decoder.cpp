@@ -10,70 +10,19 @@
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
-#include <cstring>
 #include <vector>
 
 #include "common/cuda_check.h"
+#include "common/device_buffer.h"
 #include "errors.h"
 #include "mamba2/mamba2_kernels.h"
-#include "numeric/bits.h"
 
 namespace rssm {
 
 namespace {
 
-// One device allocation, freed with its owner. Grown, never shrunk, by reserve(); exactly sized by assign().
-class DeviceBuffer {
- public:
-  DeviceBuffer() = default;
-  ~DeviceBuffer() { release(); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  void assign(size_t bytes) {
-    release();
-    if (bytes > 0) CUDA_CHECK(cudaMalloc(&p_, bytes));
-    bytes_ = bytes;
-  }
-  void reserve(size_t bytes) {
-    if (bytes > bytes_) assign(bytes);
-  }
-  void release() {
-    if (p_) (void)cudaFree(p_);  // a destructor never throws: a failed free is a leak, not an error
-    p_ = nullptr;
-    bytes_ = 0;
-  }
-  template <class T = void>
-  T* as() const {
-    return static_cast<T*>(p_);
-  }
-  char* at(size_t byte_offset) const { return static_cast<char*>(p_) + byte_offset; }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_ = 0;
-};
-
 bool plain16(Format f) { return f == Format::BF16 || f == Format::FP16; }
 bool kernel_state_format(Format f) { return f == Format::FP32 || plain16(f); }
-
-// Elements of a stored copy (fp32, bf16 or fp16 codes) as double: exact, every value of those formats is a double.
-void dequantise(Format f, const uint8_t* raw, size_t n, double* out) {
-  if (f == Format::FP32) {
-    for (size_t i = 0; i < n; ++i) {
-      float v;
-      std::memcpy(&v, raw + 4 * i, 4);
-      out[i] = v;
-    }
-    return;
-  }
-  for (size_t i = 0; i < n; ++i) {
-    uint16_t c;
-    std::memcpy(&c, raw + 2 * i, 2);
-    out[i] = f == Format::BF16 ? bf16_bits_to_float(c) : fp16_bits_to_float(c);
-  }
-}
 
 // The streamed state's layout rule of the kernels (16-byte vectors, one state row within a warp), checked with the
 // layer known so a geometry the kernels cannot tile is a clear config error instead of a failed launch.
@@ -131,10 +80,9 @@ class Mamba2CudaDecoder final : public Decoder {
 };
 
 void Mamba2CudaDecoder::reset(const Model& model, int seqs) {
-  if (model.family != Family::Mamba2)
-    throw ConfigError(fmt::format("scheme.backend = cuda: no CUDA kernel for {} layers yet ({} runs on Mamba-2 "
-                                  "layers only)",
-                                  family_name(model.family), s_.decoder_name()));
+  if (model.family != Family::Mamba2)  // the backend picks the decoder by family: this is a caller's mistake
+    throw InternalError(fmt::format("{}: the Mamba-2 cuda decoder reset with a {} layer", s_.decoder_name(),
+                                    family_name(model.family)));
   if (seqs < 1) throw InternalError("Mamba2CudaDecoder::reset: seqs < 1");
   const Mamba2Params& p = model.mamba2;
   if (s_.dual()) {
@@ -208,8 +156,7 @@ void Mamba2CudaDecoder::stage(const InputChunk& c, int s0, int n) {
       CUDA_CHECK(cudaMemcpyAsync(in_[i].as(), src, count * sizeof(float), cudaMemcpyHostToDevice, stream_));
     } else {
       std::vector<uint16_t>& h = codes_[i];
-      h.resize(count);
-      for (size_t k = 0; k < count; ++k) h[k] = float_to_bf16_bits(src[k]);
+      bf16_codes(src, count, h);
       CUDA_CHECK(cudaMemcpyAsync(in_[i].as(), h.data(), count * sizeof(uint16_t), cudaMemcpyHostToDevice, stream_));
     }
   }
@@ -273,19 +220,7 @@ void Mamba2CudaDecoder::advance(const InputChunk& c, int s0, int n, double* y) {
   y_host_.resize(count * y_bytes_);
   CUDA_CHECK(cudaMemcpyAsync(y_host_.data(), y_.as(), count * y_bytes_, cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
-  if (s_.out_format == Format::FP32) {
-    for (size_t i = 0; i < count; ++i) {
-      float v;
-      std::memcpy(&v, &y_host_[4 * i], 4);
-      y[i] = v;
-    }
-  } else {
-    for (size_t i = 0; i < count; ++i) {
-      uint16_t b;
-      std::memcpy(&b, &y_host_[2 * i], 2);
-      y[i] = bf16_bits_to_float(b);
-    }
-  }
+  dequantise_codes(s_.out_format, y_host_.data(), count, y);
   for (int k = 0; k < n; ++k) {
     ++step_;
     // The kernel flushes on the step that fills the ring to `interval` (as lib/cpu/replay.cpp does).
@@ -302,7 +237,7 @@ void Mamba2CudaDecoder::fetch(const DeviceBuffer& d, Format f, std::vector<doubl
   CUDA_CHECK(cudaMemcpyAsync(raw_.data(), d.as(), raw_.size(), cudaMemcpyDeviceToHost, stream_));
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   out.resize(n);
-  dequantise(f, raw_.data(), n, out.data());
+  dequantise_codes(f, raw_.data(), n, out.data());
 }
 
 std::vector<StateCopy> Mamba2CudaDecoder::state() const {

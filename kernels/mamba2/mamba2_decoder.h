@@ -17,7 +17,7 @@ namespace rssm {
 
 // Why the Mamba-2 kernels cannot run `scheme` ("" when they can), one line naming the missing kernel, e.g.
 // "no CUDA kernel for stochastic rounding yet". Independent of the device and of the layer's geometry (reset()
-// checks the geometry, and refuses a GDN layer: a Scheme does not name its family).
+// checks the geometry). The backend asks it for Mamba-2 layers only (kernels/cuda_backend.cpp picks by family).
 std::string mamba2_cuda_unsupported(const Scheme& scheme);
 
 // The decoder of a scheme for which mamba2_cuda_unsupported is empty (InternalError otherwise). Its name() is

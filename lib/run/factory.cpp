@@ -21,14 +21,14 @@ std::string cpu_unavailable_reason(const Scheme& s) {
 
 }  // namespace
 
-std::string backend_unavailable_reason(const Scheme& s) {
-  return s.backend == Backend::Cuda ? cuda_unavailable_reason(s) : cpu_unavailable_reason(s);
+std::string backend_unavailable_reason(const Scheme& s, Family family) {
+  return s.backend == Backend::Cuda ? cuda_unavailable_reason(s, family) : cpu_unavailable_reason(s);
 }
 
-std::unique_ptr<Decoder> make_decoder(const Scheme& s, uint64_t seed) {
-  const std::string why = backend_unavailable_reason(s);
+std::unique_ptr<Decoder> make_decoder(const Scheme& s, Family family, uint64_t seed) {
+  const std::string why = backend_unavailable_reason(s, family);
   if (!why.empty()) throw InternalError(fmt::format("make_decoder({}): {}", s.name(), why));
-  if (s.backend == Backend::Cuda) return make_cuda_decoder(s, seed);
+  if (s.backend == Backend::Cuda) return make_cuda_decoder(s, family, seed);
   if (s.decoder == DecoderKind::Eager) return std::make_unique<EagerDecoder>(s, seed);
   return std::make_unique<ReplayDecoder>(replay_options(s, seed));
 }

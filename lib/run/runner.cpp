@@ -66,7 +66,7 @@ bool run_batch(const Plan& pl, const Batch& b, TraceSource& src, std::mutex& h5_
   for (const RunSpec* s : b.runs) {
     schemes.push_back(s->scheme);
     LockstepRun a;
-    a.dec = make_decoder(s->scheme, pl.seed);
+    a.dec = make_decoder(s->scheme, pl.model.family, pl.seed);
     a.dec->reset(pl.model, pl.seqs);
     a.observe_every = s->scheme.replays() ? s->scheme.interval : pl.state_every;
     a.out_format = s->scheme.out_format;

@@ -33,8 +33,9 @@ const KeyUse kUses[] = {
 };
 
 // Why a combination cannot run, or "" when it can. Value-by-value checks happen before this; the backend's own
-// limits come last, so a point that is wrong on every backend says so rather than "no CUDA".
-std::string combination_problem(const Scheme& s) {
+// limits come last, so a point that is wrong on every backend says so rather than "no CUDA"; they depend on the
+// layer's family (each family has its own kernels).
+std::string combination_problem(const Scheme& s, Family family) {
   const Format sf = s.state_format;
   if (s.decoder == DecoderKind::Eager && sf != Format::FP64 && sf != Format::FP32 && sf != Format::BF16 &&
       sf != Format::FP16)
@@ -54,7 +55,7 @@ std::string combination_problem(const Scheme& s) {
   }
   if (s.rounding == Rounding::Stochastic && s.decoder == DecoderKind::Eager && sf == Format::FP64)
     return "stochastic rounding of an fp64 state does nothing";
-  return backend_unavailable_reason(s);
+  return backend_unavailable_reason(s, family);
 }
 
 }  // namespace
@@ -102,7 +103,7 @@ std::vector<RunSpec> expand_sweep(const Config& cfg, Family family) {
             s.skip_reason = fmt::format("{} does not apply to {}{} (only its first value runs)", u.key, dec,
                                         u.gdn_only && family != Family::GDN ? " on Mamba-2" : "");
         }
-    if (s.skip_reason.empty()) s.skip_reason = combination_problem(s.scheme);
+    if (s.skip_reason.empty()) s.skip_reason = combination_problem(s.scheme, family);
     out.push_back(std::move(s));
     size_t a = axes.size();
     while (a > 0) {

@@ -54,7 +54,7 @@ void validate(const Config& cfg) {
       for (const RunSpec& s : specs) {
         if (!s.skip_reason.empty()) continue;
         (void)traffic_params(s.scheme, 1);
-        (void)make_decoder(s.scheme, 1);
+        (void)make_decoder(s.scheme, fam, 1);
         if (++made == 4) break;
       }
     });
