@@ -32,7 +32,10 @@ Format narrower(Format a, Format b) { return coarseness(a) >= coarseness(b) ? a 
 
 Format judged_format(Family family, const Scheme& s) {
   Format f = s.dual() ? s.read_format : s.state_format;
-  if (s.replays() && family == Family::GDN) f = narrower(f, s.buffer_format);
+  // GDN buffers computed values (u, normalised k); Mamba-2 buffers its inputs, which the buffer rounds again only
+  // when it is narrower than the activation format (act fp32 with a bf16 buffer: the buffer's error is the output's).
+  if (s.replays() && (family == Family::GDN || coarseness(s.buffer_format) > coarseness(s.act_format)))
+    f = narrower(f, s.buffer_format);
   return narrower(f, s.out_format);
 }
 

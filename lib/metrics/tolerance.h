@@ -13,8 +13,9 @@
 // The budget is fixed, not grown with the step count: a shared low-precision checkpoint whose error grows with
 // the number of flushes is meant to run out of budget on a long trace, and the growth exponent says how fast.
 // A judged format is: eager, its state format; replay, its checkpoint format; dual, its read copy's format; for GDN
-// replay/dual also the buffer format, since the buffered u and k are computed values, not rounded inputs (for
-// Mamba-2 the buffered x and B are inputs already rounded to the activation format).
+// replay/dual also the buffer format, since the buffered u and k are computed values, not rounded inputs; for
+// Mamba-2 the buffered x and B are inputs, so its buffer format counts only when it is narrower than the
+// activation format (act fp32 with a bf16 buffer rounds the inputs a second time).
 #pragma once
 
 #include "decoder/scheme.h"
