@@ -1,0 +1,366 @@
+// GPU tests of the `cuda` decoder of Gated DeltaNet schemes (kernels/gdn/gdn_decoder.h) as the harness runs it: built
+// by the factory for a GDN layer (run/factory.h -> kernels/cuda_backend.h), driven by the lockstep engine
+// (run/lockstep.h) next to its cpu twin and the fp64 reference, and through the runner (what `replayssm run` does)
+// with scheme.backend = cpu, cuda on both replay routes. Label `gpu`; the cases that need a device print a message
+// and pass without one. Run: build-*/tests/gpu/replayssm_gpu_tests "[gdn][decoder]" (on the H200:
+// dist/bin/replayssm_gpu_tests, scripts/gpu_run.sh).
+// Asserted for every cuda point:
+//   - it runs (cuda_unavailable_reason for a GDN layer is empty: the sweep would not skip it) and names itself
+//     decoder_name();
+//   - its output error against fp64 is within metrics/tolerance.h for its judged format (GDN replay: never wider
+//     than the bf16 buffer of u and k), as the runner's budget counts it (mean over steps of the per-step mean over
+//     sequences <= rel_mean, its max over steps <= rel_max), and at most 2x its cpu twin's + 1e-6 (CONVENTIONS.md's
+//     second criterion);
+//   - its per-step difference from the cpu twin (backend_diff_rel_max) is within the contract: 2e-5 when judged in
+//     fp32 (eager: fp32 arithmetic in another order), else the judged format's rel_max (a last-bit difference of a
+//     dot may flip the bf16 rounding of a buffered u);
+//   - its state copies have the cpu twin's names and steps (the lockstep engine throws otherwise), their final
+//     values are within the bound of tests/gpu/test_gdn_cuda.cpp for that copy (fp32: eager 2e-5, a shared
+//     checkpoint 1e-3 as it folds bf16 u; a dual update copy the read format's rel_max, since at a flush step the
+//     kernel forms u from the fp32 update copy where the CPU emulation reads the read copy; 16-bit copies their
+//     format's rel_max), and a dual read copy is the rounding of its update copy, code for code.
+#include <catch2/catch.hpp>
+#include <cuda_runtime.h>
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cuda_backend.h"
+#include "errors.h"
+#include "gdn/gdn_decoder.h"
+#include "gdn/gdn_kernels.h"
+#include "io/h5.h"
+#include "metrics/tolerance.h"
+#include "numeric/bits.h"
+#include "run/factory.h"
+#include "run/lockstep.h"
+#include "run/runner.h"
+#include "trace/synth.h"
+
+using namespace rssm;
+using Catch::Matchers::Contains;
+
+namespace {
+
+using Params = std::vector<std::pair<std::string, std::string>>;
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+bool device_present() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    (void)cudaGetLastError();
+    WARN("no CUDA device: GPU test skipped");
+    return false;
+  }
+  return true;
+}
+
+// Running max and mean that keep a NaN (a NaN output must fail, not vanish in std::max).
+double max_of(const std::vector<double>& v) {
+  double m = v.empty() ? kNaN : 0;
+  for (double x : v) m = std::isnan(m) || std::isnan(x) ? kNaN : std::max(m, x);
+  return m;
+}
+double mean_of(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? kNaN : s / static_cast<double>(v.size());
+}
+// ||a - b|| / ||b|| over n values (NaN on a non-finite value).
+double rel_norm(const double* a, const double* b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return kNaN;
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : (num == 0 ? 0.0 : kNaN);
+}
+
+// The bound on a cuda run's output difference from its cpu twin, judged in `f`.
+double twin_bound(Format f) { return f == Format::FP32 ? 2e-5 : output_tolerance(f).rel_max; }
+
+// The bound on a final state copy's difference from the twin's (see the header comment).
+double state_bound(const Scheme& s, const std::string& copy) {
+  if (copy == "read") return output_tolerance(s.read_format).rel_max;
+  if (s.state_format != Format::FP32) return output_tolerance(s.state_format).rel_max;
+  if (!s.replays()) return 2e-5;
+  return s.dual() ? output_tolerance(s.read_format).rel_max : 1e-3;
+}
+
+Scheme scheme_of(const Params& p, Backend b) {
+  Scheme s = parse_scheme(p);
+  s.backend = b;
+  return s;
+}
+
+struct Geometry {
+  int HK, HV, K, V;
+};
+
+SynthConfig synth(const Geometry& g, long long steps, int seqs) {
+  SynthConfig sc;
+  sc.model.family = Family::GDN;
+  auto& m = sc.model.gdn;
+  m.HK = g.HK, m.HV = g.HV, m.K = g.K, m.V = g.V;
+  sc.steps = steps;
+  sc.seqs = seqs;
+  sc.seed = 11;
+  return sc;
+}
+
+}  // namespace
+
+TEST_CASE("gdn cuda decoder: what the kernels do not cover is a precise skip reason", "[gpu][gdn][decoder]") {
+  // Host-only: runs with or without a device.
+  for (const Params& p : std::vector<Params>{{{"decoder", "eager"}, {"state_format", "fp32"}},
+                                             {{"decoder", "eager"}, {"state_format", "bf16"}},
+                                             {{"decoder", "eager"}, {"state_format", "fp16"}, {"act_format", "fp32"}},
+                                             {{"decoder", "replay"}, {"state_format", "fp16"}, {"interval", "64"}},
+                                             {{"decoder", "replay"}, {"state_format", "bf16"}, {"route", "reconstruct"}},
+                                             {{"decoder", "replay"}, {"state_format", "bf16"}, {"out_format", "bf16"}},
+                                             {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "fp16"}},
+                                             {{"decoder", "dual"}, {"route", "reconstruct"}}}) {
+    const Scheme s = scheme_of(p, Backend::Cuda);
+    INFO(s.name());
+    CHECK(gdn_cuda_unsupported(s).empty());
+    const std::string why = cuda_unavailable_reason(s, Family::GDN);
+    CHECK((why.empty() || why == "no CUDA device on this machine"));
+    if (why.empty()) {
+      const auto d = make_decoder(s, Family::GDN, 1);
+      CHECK(d->name() == s.decoder_name());
+      CHECK(d->name().rfind("cuda:", 0) == 0);
+    }
+  }
+  const std::vector<std::pair<Params, std::string>> missing = {
+      {{{"decoder", "eager"}, {"rounding", "stochastic"}, {"state_format", "bf16"}}, "no CUDA kernel for stochastic rounding yet"},
+      {{{"act_format", "fp16"}}, "fp16 activations"},
+      {{{"out_format", "fp16"}}, "fp16 outputs"},
+      {{{"out_format", "fp64"}}, "fp64 outputs"},
+      {{{"decoder", "eager"}, {"state_format", "fp64"}}, "eager GDN fp64 state"},
+      {{{"decoder", "replay"}, {"state_format", "e4m3"}}, "shared GDN e4m3 checkpoint"},
+      {{{"decoder", "replay"}, {"state_format", "fp64"}}, "shared GDN fp64 checkpoint"},
+      {{{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "e4m3"}}, "GDN dual e4m3 read copy"},
+      {{{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "int8"}}, "GDN dual int8 read copy"},
+      {{{"decoder", "dual"}, {"state_format", "fp64"}, {"read_format", "fp32"}}, "GDN dual update copy in fp64"},
+      {{{"decoder", "replay"}, {"buffer_format", "fp32"}}, "GDN fp32 buffer"},
+      {{{"decoder", "replay"}, {"dot_arith", "tf32"}}, "GDN dot_arith tf32"},
+      {{{"decoder", "dual"}, {"flush_arith", "3xtf32"}}, "GDN flush_arith 3xtf32"},
+      {{{"decoder", "replay"}, {"flush_arith", "bf16"}, {"route", "reconstruct"}}, "GDN flush_arith bf16"},
+      {{{"decoder", "replay"}, {"interval", "65"}}, "at most 64 entries: interval 65"},
+  };
+  for (const auto& [p, reason] : missing) {
+    const Scheme s = scheme_of(p, Backend::Cuda);
+    INFO(s.name());
+    CHECK_THAT(gdn_cuda_unsupported(s), Contains(reason));
+    const std::string why = cuda_unavailable_reason(s, Family::GDN);
+    CHECK((why == "no CUDA device on this machine" || why == gdn_cuda_unsupported(s)));
+    CHECK(backend_unavailable_reason(s, Family::GDN) == why);  // the sweep skips it with this reason
+    CHECK_THROWS_AS(make_decoder(s, Family::GDN, 1), InternalError);
+    CHECK_THROWS_AS(make_gdn_cuda_decoder(s, 1), InternalError);
+  }
+  // The family picks the list: the same scheme is judged by the GDN kernels' list on a GDN layer.
+  const Scheme f = scheme_of({{"decoder", "replay"}, {"buffer_format", "fp32"}}, Backend::Cuda);
+  const std::string why = cuda_unavailable_reason(f, Family::GDN);
+  CHECK((why == "no CUDA device on this machine" || why.find("GDN") != std::string::npos));
+}
+
+TEST_CASE("gdn cuda decoder: an untileable geometry is a config error at reset, a Mamba-2 layer a bug",
+          "[gpu][gdn][decoder]") {
+  if (!device_present()) return;
+  const auto d = make_decoder(scheme_of({{"decoder", "replay"}}, Backend::Cuda), Family::GDN, 1);
+  CHECK_THROWS_AS(d->reset(model_preset("nemotron3-nano-4b"), 1), InternalError);
+  SynthSource odd(synth({1, 2, 24, 8}, 4, 1));  // K=24: 6 fp32 lanes, not a power of two
+  const auto e = make_decoder(scheme_of({{"decoder", "eager"}}, Backend::Cuda), Family::GDN, 1);
+  CHECK_THROWS_AS(e->reset(odd.model(), 1), ConfigError);
+  CHECK_THROWS_AS(d->reset(odd.model(), 1), ConfigError);
+}
+
+TEST_CASE("gdn cuda decoder: cpu and cuda twins in lockstep, both routes, against fp64 and each other",
+          "[gpu][gdn][decoder]") {
+  if (!device_present()) return;
+  std::vector<Params> schemes = {
+      {{"decoder", "eager"}, {"state_format", "fp32"}},
+      {{"decoder", "eager"}, {"state_format", "bf16"}},
+      {{"decoder", "eager"}, {"state_format", "fp16"}},
+      {{"decoder", "eager"}, {"state_format", "fp32"}, {"out_format", "bf16"}},
+  };
+  for (const char* route : {"inner", "reconstruct"}) {
+    const std::vector<Params> replay = {
+        {{"decoder", "replay"}, {"state_format", "fp32"}, {"interval", "1"}},
+        {{"decoder", "replay"}, {"state_format", "fp32"}, {"interval", "4"}},
+        {{"decoder", "replay"}, {"state_format", "fp32"}, {"interval", "16"}, {"buffer_len", "20"}},
+        {{"decoder", "replay"}, {"state_format", "fp32"}, {"interval", "32"}},
+        {{"decoder", "replay"}, {"state_format", "bf16"}, {"interval", "8"}},
+        {{"decoder", "replay"}, {"state_format", "fp16"}, {"interval", "16"}},
+        {{"decoder", "replay"}, {"state_format", "fp32"}, {"interval", "8"}, {"out_format", "bf16"}},
+        {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "bf16"}, {"interval", "8"}},
+        {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "fp16"}, {"interval", "16"}},
+    };
+    for (Params p : replay) {
+      p.emplace_back("route", route);
+      schemes.push_back(p);
+    }
+  }
+  // Small heads with two value heads per key head; and the serving K = 128 (fp32: 32 lanes per state row) with V
+  // split into tiles at this tiny batch.
+  const std::vector<Geometry> geometries = {{2, 4, 32, 16}, {1, 2, 128, 64}};
+  const long long steps = 70;  // > 2 x 32 + 1: every interval flushes twice or more; 70 is no multiple of 4, 8, 16, 32
+  const int seqs = 3;
+  for (const Geometry& g : geometries)
+    for (const char* act : {"bf16", "fp32"}) {
+      SynthSource src(synth(g, steps, seqs));
+      const Model& model = src.model();
+      LockstepSettings st;
+      st.steps = steps;
+      st.seqs = seqs;
+      st.chunk = 24;  // chunks end off the flush grid, so advance() sees partial intervals
+      st.act = parse_format(act);
+      st.kl = false;
+      std::vector<LockstepRun> runs;
+      std::vector<Scheme> cuda_schemes;
+      for (Params p : schemes) {
+        p.emplace_back("act_format", act);
+        for (Backend b : {Backend::Cpu, Backend::Cuda}) {
+          const Scheme s = scheme_of(p, b);
+          if (b == Backend::Cuda) {
+            INFO(s.name());
+            REQUIRE(cuda_unavailable_reason(s, Family::GDN).empty());  // the point runs: not skipped
+            cuda_schemes.push_back(s);
+          }
+          LockstepRun r;
+          r.dec = make_decoder(s, Family::GDN, 1);
+          r.dec->reset(model, seqs);
+          r.observe_every = s.replays() ? s.interval : 8;
+          r.out_format = s.out_format;
+          if (b == Backend::Cuda) r.twin = static_cast<int>(runs.size()) - 1;
+          runs.push_back(std::move(r));
+        }
+      }
+      REQUIRE(run_lockstep(st, src, runs));
+      for (size_t k = 0; k < cuda_schemes.size(); ++k) {
+        const Scheme& s = cuda_schemes[k];
+        const LockstepRun& cpu = runs[2 * k];
+        const LockstepRun& gpu = runs[2 * k + 1];
+        const Format judged = judged_format(Family::GDN, s);
+        const Tolerance tol = output_tolerance(judged);
+        const std::string where = fmt::format("HK={} HV={} K={} V={} act {}: {} route {}", g.HK, g.HV, g.K, g.V, act,
+                                              s.label(), gdn_route_name(s.route));
+        INFO(where);
+        CHECK(gpu.dec->name() == s.decoder_name());
+        REQUIRE(gpu.err.size() == static_cast<size_t>(steps));
+        const double gpu_mean = mean_of(gpu.err.rel_mean), cpu_mean = mean_of(cpu.err.rel_mean);
+        const double gpu_worst = max_of(gpu.err.rel_mean), diff = max_of(gpu.twin_rel_max);
+        INFO("error vs fp64: mean " << gpu_mean << " (cpu " << cpu_mean << "), worst step " << gpu_worst
+                                    << "; vs cpu twin: " << diff << " rel, " << max_of(gpu.twin_ulps_max) << " ulps");
+        CHECK(gpu_mean <= tol.rel_mean);
+        CHECK(gpu_worst <= tol.rel_max);
+        CHECK(gpu_mean <= 2 * cpu_mean + 1e-6);
+        REQUIRE(gpu.twin_rel_max.size() == static_cast<size_t>(steps));
+        CHECK(diff <= twin_bound(judged));
+        // State: observed at the same steps under the same names, and the final copies agree.
+        CHECK(gpu.obs_step == cpu.obs_step);
+        REQUIRE(gpu.state_series.size() == cpu.state_series.size());
+        for (size_t i = 0; i < gpu.state_series.size(); ++i) {
+          CHECK(gpu.state_series[i].first == cpu.state_series[i].first);
+          CHECK(mean_of(gpu.state_series[i].second) <= 2 * mean_of(cpu.state_series[i].second) + 1e-6);
+        }
+        const std::vector<StateCopy> gs = gpu.dec->state();
+        const std::vector<StateCopy> cs = cpu.dec->state();
+        REQUIRE(gs.size() == cs.size());
+        REQUIRE(gs.size() == (s.dual() ? 2u : 1u));
+        for (size_t i = 0; i < gs.size(); ++i) {
+          INFO("copy " << gs[i].name);
+          CHECK(gs[i].name == cs[i].name);
+          CHECK(gs[i].step == cs[i].step);
+          CHECK(gs[i].step == (s.replays() ? steps / s.interval * s.interval : steps));
+          REQUIRE(gs[i].size == cs[i].size);
+          REQUIRE(gs[i].size == static_cast<size_t>(seqs) * static_cast<size_t>(model.state_elems()));
+          const double d = rel_norm(gs[i].data, cs[i].data, gs[i].size);
+          INFO("final copy vs cpu twin: " << d);
+          CHECK(d <= state_bound(s, gs[i].name));
+        }
+        if (s.dual()) {
+          // The read copy is the update copy rounded once, from the same registers: code for code.
+          size_t bad = 0;
+          for (size_t i = 0; i < gs[0].size; ++i) {
+            const float u = static_cast<float>(gs[0].data[i]);
+            const float r = s.read_format == Format::BF16 ? round_bf16(u) : round_fp16(u);
+            bad += static_cast<double>(r) != gs[1].data[i];
+          }
+          CHECK(bad == 0);
+        }
+      }
+    }
+}
+
+TEST_CASE("gdn cuda decoder: a cpu,cuda sweep over both routes through the runner stores both backends",
+          "[gpu][gdn][decoder][runner]") {
+  if (!device_present()) return;
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / fmt::format("rssm_gdn_cuda_decoder_{}",
+                                                               std::chrono::steady_clock::now().time_since_epoch().count());
+  fs::create_directories(dir);
+  const std::string out = (dir / "gdn_cpu_vs_cuda.h5").string();
+  Config cfg;
+  for (const char* kv : {"synth.preset=custom", "synth.family=gdn", "synth.HK=2", "synth.HV=4", "synth.K=32",
+                         "synth.V=32", "synth.steps=48", "synth.seqs=2", "metrics.vocab=256",
+                         "scheme.decoder=eager,replay,dual", "scheme.state_format=fp32,bf16", "scheme.read_format=bf16",
+                         "scheme.interval=8", "scheme.route=inner,reconstruct", "scheme.backend=cpu,cuda"})
+    cfg.set(kv);
+  cfg.set("run.output=" + out);
+  RunnerOptions opts;
+  opts.progress = false;
+  std::ostringstream table;
+  REQUIRE_NOTHROW(run_experiment(cfg, table, opts));
+  INFO(table.str());
+  h5::Handle f = h5::open_file(out);
+  const auto backend = h5::read_strings(f, "summary/backend", out);
+  const auto route = h5::read_strings(f, "summary/route", out);
+  const auto status = h5::read_strings(f, "summary/status", out);
+  const auto reason = h5::read_strings(f, "summary/skip_reason", out);
+  const auto name = h5::read_strings(f, "summary/decoder_name", out);
+  const auto judged = h5::read_strings(f, "summary/judged_format", out);
+  const auto diff = h5::read_doubles(f, "summary/backend_diff_rel_max", out);
+  const auto budget = h5::read_doubles(f, "summary/budget_used", out);
+  const auto budget_max = h5::read_doubles(f, "summary/budget_used_max", out);
+  const auto cpu_secs = h5::read_doubles(f, "summary/cpu_emulation_seconds", out);
+  const auto host_secs = h5::read_doubles(f, "summary/host_wall_seconds", out);
+  REQUIRE(backend.size() == status.size());
+  int cpu_ok = 0, cuda_ok = 0, cuda_reconstruct = 0;
+  for (size_t i = 0; i < backend.size(); ++i) {
+    INFO(name[i] << " " << status[i] << " " << reason[i]);
+    if (status[i] != "ok") {
+      CHECK_THAT(reason[i], !Contains("CUDA"));  // only combinations invalid on every backend are skipped
+      continue;
+    }
+    CHECK(budget[i] <= 1.0);
+    CHECK(budget_max[i] <= 1.0);
+    if (backend[i] == "cpu") {
+      ++cpu_ok;
+      CHECK(cpu_secs[i] > 0);
+      CHECK(std::isnan(host_secs[i]));
+      continue;
+    }
+    ++cuda_ok;
+    cuda_reconstruct += route[i] == "reconstruct" && name[i].find("replay") != std::string::npos;
+    CHECK(name[i].rfind("cuda:", 0) == 0);
+    CHECK(diff[i] <= twin_bound(parse_format(judged[i])));
+    // A cuda row's host wall time is stored under its own name, never as CPU emulation time.
+    CHECK(std::isnan(cpu_secs[i]));
+    CHECK(host_secs[i] > 0);
+  }
+  // eager fp32/bf16 (route applies to replay only); replay fp32/bf16 and dual fp32+bf16 on both routes
+  CHECK(cpu_ok == 8);
+  CHECK(cuda_ok == cpu_ok);
+  CHECK(cuda_reconstruct == 2);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+}
