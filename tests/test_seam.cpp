@@ -2,9 +2,11 @@
 // (run/factory.h, kernels/cuda_backend.h), the lockstep engine driven directly with a forced pair of twins
 // (run/lockstep.h), the backend difference metric and the output format.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <cstring>
+#include <sstream>
 
 #include "cpu/eager.h"
 #include "cpu/replay.h"
@@ -16,6 +18,8 @@
 #include "numeric/bits.h"
 #include "run/factory.h"
 #include "run/lockstep.h"
+#include "run/record.h"
+#include "run/summary_table.h"
 #include "run/sweep.h"
 #include "test_util.h"
 #include "trace/synth.h"
@@ -245,6 +249,76 @@ TEST_CASE("lockstep: twins are compared step by step next to their error against
     // State observed at every flush of the interval-1 replay run.
     CHECK(runs[2].obs_step.size() == 40);
   }
+}
+
+TEST_CASE("records: host wall time is cpu_emulation_seconds on cpu, host_wall_seconds on cuda; the table shows "
+          "cpu us/step for cpu rows only", "[seam]") {
+  SynthSource src(tiny(Family::GDN, 8, 1));
+  LockstepSettings st;
+  st.steps = 8;
+  st.seqs = 1;
+  st.chunk = 8;
+  st.kl = false;
+  // One cpu decoder measured twice: stored once as a cpu point and once as its cuda twin (the record only reads the
+  // scheme's backend, so no device is needed).
+  std::vector<LockstepRun> runs(1);
+  runs[0].dec = std::make_unique<EagerDecoder>(Format::FP32, Rounding::Nearest, 1, Format::FP32);
+  runs[0].dec->reset(src.model(), 1);
+  REQUIRE(run_lockstep(st, src, runs));
+  REQUIRE(runs[0].seconds > 0);
+  RecordContext ctx;
+  ctx.model = src.model();
+  ctx.steps = 8;
+  ctx.seqs = 1;
+  ctx.kl = false;
+  std::vector<RunRecord> recs;
+  for (const char* backend : {"cpu", "cuda"}) {
+    RunSpec spec;
+    spec.index = static_cast<int>(recs.size());
+    spec.id = fmt::format("run_{:04d}", spec.index);
+    spec.params = {{"decoder", "eager"}, {"backend", backend}};
+    spec.scheme = parse_scheme(spec.params);
+    recs.push_back(make_run_record(ctx, spec, runs[0], ""));
+  }
+  auto has = [](const AttrMap& m, const std::string& key) {
+    for (const auto& kv : m)
+      if (kv.first == key) return true;
+    return false;
+  };
+  for (const AttrMap* m : {&recs[0].attrs, &recs[0].summary}) {
+    CHECK(has(*m, "cpu_emulation_seconds"));
+    CHECK_FALSE(has(*m, "host_wall_seconds"));
+  }
+  for (const AttrMap* m : {&recs[1].attrs, &recs[1].summary}) {
+    CHECK(has(*m, "host_wall_seconds"));
+    CHECK_FALSE(has(*m, "cpu_emulation_seconds"));
+  }
+  // A cuda row from a file written before the rename: its time is still not shown.
+  RunRecord old = recs[1];
+  old.id = "run_0002";
+  for (auto& kv : old.summary) {
+    if (kv.first == "host_wall_seconds") kv.first = "cpu_emulation_seconds";
+    if (kv.first == "run") kv.second = std::string("run_0002");
+  }
+  recs.push_back(old);
+  std::ostringstream table;
+  print_table(table, recs, false);
+  INFO(table.str());
+  std::istringstream lines(table.str());
+  std::string line;
+  int rows = 0;
+  while (std::getline(lines, line)) {
+    if (line.rfind("run_", 0) != 0) continue;
+    ++rows;
+    const std::string last = line.substr(line.find_last_not_of(' ') == std::string::npos ? 0 : line.rfind(' ') + 1);
+    if (line.find(" cuda ") != std::string::npos) {
+      CHECK(last == "-");
+    } else {
+      CHECK(last != "-");
+      CHECK(std::isfinite(std::stod(last)));
+    }
+  }
+  CHECK(rows == 3);
 }
 
 TEST_CASE("backend twins: a cuda point pairs with the cpu point of the same scheme", "[seam]") {

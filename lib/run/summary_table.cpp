@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 #include <fmt/ostream.h>
+
+#include <cmath>
 #include <ostream>
 
 #include "run/config.h"
@@ -38,7 +40,8 @@ void print_table(std::ostream& out, const std::vector<RunRecord>& recs, bool kl)
   for (const auto& k : varying) head += fmt::format(" {:>12}", k.substr(0, 12));
   head += fmt::format(" {:>11} {:>11} {:>11}", "rel err", "rel max", "rel final");
   if (kl) head += fmt::format(" {:>10} {:>7}", "KL", "top1");
-  // The time column is host wall time of the CPU emulation, never a kernel's speed: its header says so.
+  // The time column is host wall time of the CPU emulation, never a kernel's speed: its header says so, and cuda rows
+  // leave it empty (GPU speed comes from the benchmarks).
   head += fmt::format(" {:>9} {:>11}", "bytes/eag", "cpu us/step");
   fmt::print(out, "{}\n", head);
   for (const auto& r : recs) {
@@ -56,12 +59,17 @@ void print_table(std::ostream& out, const std::vector<RunRecord>& recs, bool kl)
     if (kl)
       line += fmt::format(" {:>10} {:>7}", cell_text(r.summary, "kl_mean", "{:.2e}"),
                           cell_text(r.summary, "top1_agree", "{:.4f}"));
-    double secs = 0, steps = 1;
+    // Only a cpu row's emulation time is shown; a cuda row's host wall time (host_wall_seconds) is not a GPU speed,
+    // so its cell is "-" (also in a file resumed from before the column was renamed, or read back with NaN cells).
+    double secs = NAN, steps = 1;
+    bool cpu = true;
     for (const auto& [k, v] : r.summary) {
-      if (k == "cpu_emulation_seconds") secs = std::get<double>(v);
-      if (k == "steps") steps = static_cast<double>(std::get<long long>(v));
+      if (k == "cpu_emulation_seconds" && std::holds_alternative<double>(v)) secs = std::get<double>(v);
+      if (k == "steps" && std::holds_alternative<long long>(v)) steps = static_cast<double>(std::get<long long>(v));
+      if (k == "backend" && std::holds_alternative<std::string>(v)) cpu = std::get<std::string>(v) == "cpu";
     }
-    line += fmt::format(" {:>9} {:>11.1f}", cell_text(r.summary, "bytes_vs_eager_fp32", "{:.3f}"), 1e6 * secs / steps);
+    const std::string us = cpu && std::isfinite(secs) && steps > 0 ? fmt::format("{:.1f}", 1e6 * secs / steps) : "-";
+    line += fmt::format(" {:>9} {:>11}", cell_text(r.summary, "bytes_vs_eager_fp32", "{:.3f}"), us);
     fmt::print(out, "{}\n", line);
   }
 }
