@@ -5,7 +5,8 @@
 //   bench_mamba2_cuda [--preset=NAME] [--full] [--z] [--smoke] [google benchmark flags]
 //     --preset  geometry preset of model/model.h (default nemotron3-super-120b; e.g. nemotron3-nano-4b)
 //     --full    the full sweep (intervals 4 8 16 32 × batch 1 8 64 256 512 × every scheme, fp16 too); default: interval
-//               16 at every batch, intervals 4 8 32 at batch 1 and 256 (about a minute on an H200)
+//               16 at every batch, intervals 4 8 32 at batch 1 and 256 (about a minute on an H200), and the grouped
+//               replay kernel (variant 1, names replay_g/ and dual_g/) at intervals 16 and 32, batch 1, 64, 256
 //     --z       with the output gate z (default off: serving engines gate in the following norm)
 //     --smoke   a few tiny cases, one repetition (ctest); exits 0 with a message when no GPU exists
 //     --once    one iteration of one repetition per case (for ncu: few launches to replay)
@@ -155,6 +156,7 @@ struct Config {
   Kind kind;
   int interval;
   int batch;
+  int variant = 0;  // replay kernel (Mamba2ReplayLaunch::variant): 1 = grouped, named replay_g / dual_g
 };
 
 const char* kind_name(Kind k) {
@@ -168,6 +170,7 @@ const char* kind_name(Kind k) {
 
 std::string bench_name(const Config& c) {
   std::string s = c.scheme == Scheme::Eager ? "eager" : c.scheme == Scheme::Replay ? "replay" : "dual";
+  if (c.variant == 1) s += "_g";
   s += "/" + (c.scheme == Scheme::Dual ? "fp32+" + format_name(c.state) : format_name(c.state));
   if (c.scheme != Scheme::Eager) s += "/K" + std::to_string(c.interval) + "/" + kind_name(c.kind);
   return s + "/batch:" + std::to_string(c.batch);
@@ -258,6 +261,7 @@ void bm_step(benchmark::State& st, Config c) {
   lr.step = a, lr.interval = K, lr.capacity = cap, lr.ckpt_format = dual ? Format::FP32 : c.state, lr.d_ckpt = ck.p;
   lr.dual = dual, lr.read_format = c.state, lr.d_read = dual ? rd.p : nullptr;
   lr.d_ring_x = rx.p, lr.d_ring_B = rB.p, lr.d_ring_dl = dl.p, lr.d_fill = fill.p, lr.d_arrive = arrive.p;
+  lr.variant = c.variant;
 
   // The step sequence of one graph: per step, the fill it starts from (-1: leave the cursor to the kernel).
   std::vector<int> seq;
@@ -327,10 +331,10 @@ void add(const Config& c) {
   else b->Iterations(10)->Repetitions(5)->ReportAggregatesOnly(true);
 }
 
-void add_replay_kinds(Scheme sc, Format f, int K, int batch) {
+void add_replay_kinds(Scheme sc, Format f, int K, int batch, int variant = 0) {
   for (Kind k : {Kind::Nonflush, Kind::Flush, Kind::Amortised}) {
     if (k == Kind::Nonflush && K == 1) continue;
-    add({sc, f, k, K, batch});
+    add({sc, f, k, K, batch, variant});
   }
 }
 
@@ -345,6 +349,8 @@ void register_all() {
       add({Scheme::Eager, Format::FP32, Kind::Step, 1, b});
       add_replay_kinds(Scheme::Replay, Format::BF16, 4, b);
       add_replay_kinds(Scheme::Dual, Format::BF16, 4, b);
+      add_replay_kinds(Scheme::Replay, Format::BF16, 4, b, 1);
+      add_replay_kinds(Scheme::Dual, Format::BF16, 4, b, 1);
     }
     return;
   }
@@ -363,6 +369,13 @@ void register_all() {
     for (int b : batches) {
       if (!g_opt.full && K != 16 && b != 1 && b != 256) continue;
       for (const S& s : schemes) add_replay_kinds(s.sc, s.f, K, b);
+    }
+  // The grouped variant (replay_g / dual_g) next to the default kernel: intervals 16 and 32 at batch 1, 64, 256
+  // (every batch with --full).
+  for (int K : {16, 32})
+    for (int b : batches) {
+      if (!g_opt.full && b != 1 && b != 64 && b != 256) continue;
+      for (const S& s : schemes) add_replay_kinds(s.sc, s.f, K, b, 1);
     }
 }
 

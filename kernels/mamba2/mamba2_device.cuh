@@ -207,5 +207,9 @@ inline void check_state_rows(const char* what, int N, int vec, const void* p) {
   if (reinterpret_cast<uintptr_t>(p) % 16 != 0) bad_launch(what, "state pointers must be 16-byte aligned");
 }
 
+// The grouped variant's launcher (mamba2_replay_grouped.cu), called by mamba2_replay_step after its checks;
+// `streamed` is the format a non-flush step reads.
+void replay_grouped(const Mamba2ReplayLaunch& l, Format streamed, cudaStream_t stream);
+
 }  // namespace m2
 }  // namespace rssm

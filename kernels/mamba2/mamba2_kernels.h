@@ -85,6 +85,11 @@ struct Mamba2ReplayLaunch {
   float* d_ring_dl = nullptr;    // [pool, capacity, H, 2]
   int32_t* d_fill = nullptr;     // [pool]
   int32_t* d_arrive = nullptr;   // [pool]
+  // Which kernel runs the step (same semantics, same ring and cursor): 0 = one CTA per (row, head, P-tile);
+  // 1 = grouped: one CTA per (row, group, chunk of heads_per_cta heads of the group), the slot / cursor / ring
+  // prologue done once per CTA and the heads' tiles streamed back to back (mamba2_replay_grouped.cu).
+  int variant = 0;
+  int heads_per_cta = 0;  // variant 1 only: 0 = chosen from the batch; else a divisor of H/G, at most 16
 };
 
 // Largest interval a replay launch accepts (per-entry weights live in shared memory).

@@ -459,6 +459,8 @@ void mamba2_replay_step(const Mamba2ReplayLaunch& l, cudaStream_t stream) {
     streamed = l.ckpt_format;
   }
   m2::check_state_rows(what, l.step.dims.N, m2::state_vec(l.ckpt_format), l.d_ckpt);
+  if (l.variant != 0 && l.variant != 1) m2::bad_launch(what, "variant must be 0 or 1 (got " + std::to_string(l.variant) + ")");
+  if (l.variant == 1) return m2::replay_grouped(l, streamed, stream);
   const int ptiles = mamba2_p_tiles(l.step.dims, l.step.batch, streamed);
   if (l.step.act_format == Format::BF16)
     m2::dispatch_state<__nv_bfloat16>(l, ptiles, stream);

@@ -122,6 +122,8 @@ struct Case {
   Format yfmt = Format::FP32;
   int interval = 1;
   bool has_z = false, d_per_dim = false, dt_limits = false;
+  int variant = 0;        // replay kernel (Mamba2ReplayLaunch::variant): 0 per head, 1 grouped
+  int heads_per_cta = 0;  // variant 1: 0 = the launcher's choice
   std::string name() const {
     const char* k = kind == Kind::Eager ? "eager" : kind == Kind::Replay ? "replay" : "dual";
     std::string s = fmt::format("{} {} state={}", geo, k, format_name(state));
@@ -132,6 +134,7 @@ struct Case {
     if (has_z) s += " z";
     if (d_per_dim) s += " D[H,P]";
     if (dt_limits) s += " dt-limits";
+    if (variant == 1) s += heads_per_cta > 0 ? fmt::format(" grouped(h={})", heads_per_cta) : " grouped(auto)";
     return s;
   }
 };
@@ -265,6 +268,7 @@ void run_case(const Case& c, uint64_t seed) {
     lr.step = a, lr.interval = K, lr.capacity = cap, lr.ckpt_format = sf, lr.d_ckpt = dck.p, lr.dual = dual;
     lr.read_format = c.read, lr.d_read = dual ? drd->p : nullptr;
     lr.d_ring_x = drx.p, lr.d_ring_B = drB.p, lr.d_ring_dl = ddl.p, lr.d_fill = dfill.p, lr.d_arrive = darr.p;
+    lr.variant = c.variant, lr.heads_per_cta = c.heads_per_cta;
   }
 
   const Format judged = eager ? sf : dual ? c.read : sf;
@@ -514,42 +518,61 @@ TEST_CASE("mamba2 cuda eager: Nemotron-3 geometries", "[gpu][mamba2][eager]") {
     }
 }
 
+// Replay kernels every replay/dual case runs through: variant 0 (one CTA per head), variant 1 with every head of a
+// group in one CTA (heads_per_cta = H/G: the serving-batch shape) and, where `with_auto`, variant 1 as the launcher
+// shapes it for these 4 rows (one head per CTA, P-tiles: the batch-1 shape).
+struct VariantRun {
+  int variant, heads;
+};
+std::vector<VariantRun> replay_variants(const Mamba2Dims& d, bool with_auto) {
+  std::vector<VariantRun> v = {{0, 0}, {1, d.H / d.G}};
+  if (with_auto) v.push_back({1, 0});
+  return v;
+}
+
 TEST_CASE("mamba2 cuda replay: shared checkpoint, every interval, small geometry", "[gpu][mamba2][replay]") {
   if (!have_device()) return;
   for (int K : {1, 4, 8, 16, 32})
     for (Format s : {Format::FP32, Format::BF16, Format::FP16})
-      for (Format act : {Format::BF16, Format::FP32}) {
-        Case c;
-        c.geo = "small", c.dims = small(), c.kind = Kind::Replay, c.state = s, c.act = act, c.interval = K;
-        c.has_z = K % 8 == 0, c.d_per_dim = act == Format::FP32, c.dt_limits = K == 4;
-        c.yfmt = (K == 8 && s == Format::BF16) ? Format::BF16 : Format::FP32;
-        run_case(c, seed_for(c));
-      }
+      for (Format act : {Format::BF16, Format::FP32})
+        for (VariantRun vr : replay_variants(small(), true)) {
+          Case c;
+          c.geo = "small", c.dims = small(), c.kind = Kind::Replay, c.state = s, c.act = act, c.interval = K;
+          c.has_z = K % 8 == 0, c.d_per_dim = act == Format::FP32, c.dt_limits = K == 4;
+          c.yfmt = (K == 8 && s == Format::BF16) ? Format::BF16 : Format::FP32;
+          c.variant = vr.variant, c.heads_per_cta = vr.heads;
+          run_case(c, seed_for(c));
+        }
 }
 
 TEST_CASE("mamba2 cuda dual: fp32 update + bf16/fp16 read copy, every interval, small geometry", "[gpu][mamba2][dual]") {
   if (!have_device()) return;
   for (int K : {1, 4, 8, 16, 32})
-    for (Format r : {Format::BF16, Format::FP16}) {
-      Case c;
-      c.geo = "small", c.dims = small(), c.kind = Kind::Dual, c.read = r, c.interval = K, c.has_z = K == 16;
-      run_case(c, seed_for(c));
-    }
+    for (Format r : {Format::BF16, Format::FP16})
+      for (VariantRun vr : replay_variants(small(), true)) {
+        Case c;
+        c.geo = "small", c.dims = small(), c.kind = Kind::Dual, c.read = r, c.interval = K, c.has_z = K == 16;
+        c.variant = vr.variant, c.heads_per_cta = vr.heads;
+        run_case(c, seed_for(c));
+      }
 }
 
 TEST_CASE("mamba2 cuda replay and dual: Nemotron-3 Nano-4B and Super-120B", "[gpu][mamba2][replay][dual]") {
   if (!have_device()) return;
   for (auto [geo, dims] : {std::pair{"nano-4b", nano4b()}, std::pair{"super-120b", super120b()}})
-    for (int K : {1, 4, 8, 16, 32}) {
-      for (Format s : {Format::FP32, Format::BF16}) {
+    for (int K : {1, 4, 8, 16, 32})
+      for (VariantRun vr : replay_variants(dims, K == 16)) {
+        for (Format s : {Format::FP32, Format::BF16}) {
+          Case c;
+          c.geo = geo, c.dims = dims, c.kind = Kind::Replay, c.state = s, c.interval = K, c.has_z = true;
+          c.variant = vr.variant, c.heads_per_cta = vr.heads;
+          run_case(c, seed_for(c));
+        }
         Case c;
-        c.geo = geo, c.dims = dims, c.kind = Kind::Replay, c.state = s, c.interval = K, c.has_z = true;
+        c.geo = geo, c.dims = dims, c.kind = Kind::Dual, c.read = Format::BF16, c.interval = K, c.has_z = true;
+        c.variant = vr.variant, c.heads_per_cta = vr.heads;
         run_case(c, seed_for(c));
       }
-      Case c;
-      c.geo = geo, c.dims = dims, c.kind = Kind::Dual, c.read = Format::BF16, c.interval = K, c.has_z = true;
-      run_case(c, seed_for(c));
-    }
 }
 
 TEST_CASE("mamba2 cuda launchers reject bad launch structs with a message naming the field", "[gpu][mamba2]") {
@@ -558,6 +581,23 @@ TEST_CASE("mamba2 cuda launchers reject bad launch structs with a message naming
   l.step.dims = {4, 8, 16, 2};
   l.step.batch = 1;
   CHECK_THROWS_WITH(mamba2_replay_step(l, nullptr), Catch::Contains("d_slot"));
+  {  // the grouped variant's head count must divide H/G
+    int32_t* slot = nullptr;
+    CUDA_CHECK(cudaMalloc(&slot, 64));
+    Mamba2ReplayLaunch g;
+    g.step.dims = {4, 8, 16, 2};
+    g.step.batch = 1;
+    g.step.d_slot = slot, g.step.d_x = slot, g.step.d_dt = slot, g.step.d_B = slot, g.step.d_C = slot;
+    g.step.d_y = slot, g.step.d_A_log = reinterpret_cast<float*>(slot), g.step.d_dt_bias = g.step.d_A_log;
+    g.step.d_D = g.step.d_A_log;
+    g.d_ckpt = slot, g.d_ring_x = reinterpret_cast<uint16_t*>(slot), g.d_ring_B = g.d_ring_x;
+    g.d_ring_dl = reinterpret_cast<float*>(slot), g.d_fill = slot, g.d_arrive = slot;
+    g.variant = 1, g.heads_per_cta = 3;
+    CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("heads_per_cta"));
+    g.variant = 2;
+    CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("variant"));
+    cudaFree(slot);
+  }
   Mamba2EagerLaunch e;
   e.step.dims = {4, 8, 16, 3};
   e.step.batch = 1;

@@ -1,0 +1,539 @@
+// Mamba-2 replay decode step, grouped variant (Mamba2ReplayLaunch::variant = 1): the same step as mamba2_replay.cu
+// (same formulas, ring layout, cursor protocol, dual copies, padded rows, rounding; its header comment has them),
+// with another work split. One CTA per (row, group, chunk of hc heads of the group[, P-tile when hc = 1]):
+//   A  slot; head 0's tile on its way into L2; the cursor; C_t, B_t, and per (head, row) pair D·x, gate, x_t.
+//   B  once per CTA: the B_e·C_t dots (shared by every head of the group), each head's (Δ_e, Λ_e) and weights
+//      Δ_e·exp(Λ_t − Λ_e), the ring sum of every (head, row) pair from 16-byte loads of the ring's x entries (the
+//      group's heads are contiguous in the ring), the token's ring append.
+//   D  the hc heads' tiles streamed back to back, register double-buffered (the next chunk's loads are issued
+//      before the current chunk is reduced, across head boundaries) and the next head's tile prefetched into L2,
+//      so the memory pipe does not drain between heads. A flushing row folds the ring into each head's tile in
+//      turn (its x·weights per head in shared memory, computed just before that head's stream).
+// Why: the one-CTA-per-head kernel pays the slot -> cursor -> ring chain of dependent reads once per head and
+// needed 8 resident CTAs per SM to hide it; here it is paid once per hc heads, so fewer, longer-lived CTAs
+// (4 per SM, 128 registers) keep the bandwidth busy.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+
+#include "common/cuda_check.h"
+#include "mamba2/mamba2_device.cuh"
+
+namespace rssm {
+namespace m2 {
+
+constexpr int kGroupedMinBlocks = 4;   // CTAs per SM the register cap (128) allows
+constexpr int kPairVec = 8;            // (head, row) pairs per thread: one 16-byte ring load of bf16 x per entry
+constexpr int kMaxPairs = kThreads * kPairVec;
+constexpr int kXRound = 8;             // ring entries whose x loads are in flight together
+constexpr int kDlRound = 4;            // (head, entry) items of (Δ, Λ) loaded together per thread
+constexpr int kStreamRows = 4;         // state rows per thread per chunk (two chunks in flight)
+constexpr int kFlushRows32 = 2;        // fp32 flush: rows per thread per chunk (4 spill under the 128 cap)
+constexpr int kMaxGroupHeads = 16;     // heads per CTA: per-pair arrays and weights in shared memory
+
+// Shared memory in floats. Pairs q = hl·rows + pl, hl < hc, pl < rows.
+struct GroupedSmem {
+  int N, E, hc, rows;
+  __host__ __device__ static int up4(int n) { return (n + 3) & ~3; }
+  __host__ __device__ int E4() const { return up4(E); }
+  __host__ __device__ int np() const { return hc * rows; }
+  __host__ __device__ int off_C() const { return 0; }
+  __host__ __device__ int off_Bt() const { return up4(N); }
+  __host__ __device__ int off_Bbits() const { return 2 * up4(N); }
+  __host__ __device__ int off_dot() const { return 3 * up4(N); }
+  __host__ __device__ int off_delta() const { return off_dot() + E4(); }     // Δ_t per head
+  __host__ __device__ int off_A() const { return off_delta() + up4(hc); }    // A per head
+  __host__ __device__ int off_decay() const { return off_A() + up4(hc); }    // exp(Λ_t) per head
+  __host__ __device__ int off_wf() const { return off_decay() + up4(hc); }   // [hc][E4] Δ_e·exp(Λ_t − Λ_e)
+  __host__ __device__ int off_ring() const { return off_wf() + hc * E4(); }  // ring sum per pair
+  __host__ __device__ int off_dx() const { return off_ring() + up4(np()); }  // D·x_t per pair
+  __host__ __device__ int off_g() const { return off_dx() + up4(np()); }     // gate factor per pair
+  __host__ __device__ int off_B() const { return off_g() + up4(np()); }      // flush: [E][N] B_e fp32
+  __host__ __device__ int off_u() const { return off_B() + E * up4(N); }     // flush: [rows][E4] x·weight, one head
+  __host__ __device__ int floats() const { return off_u() + rows * E4(); }
+};
+
+// What the stream phase needs.
+struct GroupedCtx {
+  int H, P, N, h0, hc, row, p_begin, p_end, rows, nent;
+  long long ys, slot_off;  // y row stride; the slot's first element in a [pool, H, P, N] copy
+  bool y_bf16, gated;
+};
+
+__device__ inline int ld_acquire_g(const int32_t* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+__device__ inline void prefetch_tile(const void* p, long long bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (long long i = 128LL * threadIdx.x; i < bytes; i += 128LL * kThreads) asm volatile("prefetch.global.L2 [%0];" ::"l"(c + i));
+}
+
+__device__ inline void out_pair(const Mamba2StepArgs& a, const GroupedCtx& t, const float* smem, const GroupedSmem& L,
+                                int hl, int p, float dot) {
+  const int q = hl * t.rows + p - t.p_begin;
+  float out = smem[L.off_decay() + hl] * dot + smem[L.off_ring() + q];
+  out += smem[L.off_dx() + q];
+  if (t.gated) out = out * smem[L.off_g() + q];
+  store_y(a.d_y, t.row * t.ys + static_cast<long long>(t.h0 + hl) * t.P + p, t.y_bf16, out);
+}
+
+// One chunk (rows p0 + u·rpp + rsub, u < R) of head hl's tile of `base` (already at the thread's lane).
+template <class T, int R>
+__device__ inline void load_rows(uint4 (&q)[R], const T* base, const TileLayout<T>& lay, const GroupedCtx& t, int hl,
+                                 int p0) {
+  const long long hoff = t.slot_off + static_cast<long long>(t.h0 + hl) * t.P * t.N;
+#pragma unroll
+  for (int u = 0; u < R; ++u) {
+    const int p = p0 + u * lay.rpp + lay.rsub;
+    q[u] = p < t.p_end ? __ldcs(reinterpret_cast<const uint4*>(base + hoff + static_cast<long long>(p) * t.N))
+                       : make_uint4(0, 0, 0, 0);
+  }
+}
+
+// Non-flush: every head's tile against C_t, chunks of all heads in one pipelined sequence.
+template <class T>
+__device__ void grouped_read(const Mamba2StepArgs& a, const GroupedCtx& t, const T* src, const float* smem,
+                             const GroupedSmem& L) {
+  constexpr int R = kStreamRows;
+  const TileLayout<T> lay(t.N);
+  constexpr int kVec = TileLayout<T>::kVec;
+  float Cv[kVec];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) Cv[k] = smem[L.off_C() + lay.c * kVec + k];
+  const T* base = src + lay.c * kVec;
+  const int span = R * lay.rpp, cph = (t.rows + span - 1) / span, total = t.hc * cph;
+  auto consume = [&](const uint4 (&q)[R], int ci) {
+    const int hl = ci / cph, p0 = t.p_begin + (ci % cph) * span;
+#pragma unroll
+    for (int u = 0; u < R; ++u) {
+      const int p = p0 + u * lay.rpp + lay.rsub;
+      float s[kVec];
+      StateVec<T>::unpack(q[u], s);
+      float acc = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) acc = fmaf(s[k], Cv[k], acc);
+      acc = row_sum(acc, lay.lanes);
+      if (lay.c == 0 && p < t.p_end) out_pair(a, t, smem, L, hl, p, acc);
+    }
+  };
+  auto issue = [&](uint4 (&q)[R], int ci) {
+    const int hl = ci / cph, within = ci % cph;
+    if (within == 0 && hl + 1 < t.hc)  // the next head on its way into L2 while this one streams
+      prefetch_tile(src + t.slot_off + (static_cast<long long>(t.h0 + hl + 1) * t.P + t.p_begin) * t.N,
+                    static_cast<long long>(t.rows) * t.N * sizeof(T));
+    load_rows<T, R>(q, base, lay, t, hl, t.p_begin + within * span);
+  };
+  uint4 qa[R], qb[R];
+  issue(qa, 0);
+  for (int ci = 0; ci < total; ci += 2) {
+    if (ci + 1 < total) issue(qb, ci + 1);
+    consume(qa, ci);
+    if (ci + 2 < total) issue(qa, ci + 2);
+    if (ci + 1 < total) consume(qb, ci + 1);
+  }
+}
+
+// Flush of head hl: output from the update copy, fold the ring in (x·weights in smem u, B_e in smem B), store
+// (and the dual read copy from the same registers). Same arithmetic order as mamba2_replay.cu's stream_flush.
+template <class T, class RDT>
+__device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t, int hl, T* ck, RDT* rd,
+                                   const float* smem, const GroupedSmem& L) {
+  constexpr int R = sizeof(T) == 4 ? kFlushRows32 : kStreamRows;
+  const TileLayout<T> lay(t.N);
+  constexpr int kVec = TileLayout<T>::kVec;
+  const int E4 = L.E4();
+  float Cv[kVec];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) Cv[k] = smem[L.off_C() + lay.c * kVec + k];
+  const float decay = smem[L.off_decay() + hl];
+  const float* sB = smem + L.off_B() + lay.c * kVec;
+  const float* su = smem + L.off_u();
+  const long long hoff = t.slot_off + static_cast<long long>(t.h0 + hl) * t.P * t.N + lay.c * kVec;
+  for (int p0 = t.p_begin; p0 < t.p_end; p0 += R * lay.rpp) {
+    uint4 q[R];
+    load_rows<T, R>(q, ck + lay.c * kVec, lay, t, hl, p0);
+    float s[R][kVec];
+#pragma unroll
+    for (int u = 0; u < R; ++u) {
+      const int p = p0 + u * lay.rpp + lay.rsub;
+      StateVec<T>::unpack(q[u], s[u]);
+      float acc = 0.0f;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        acc = fmaf(s[u][k], Cv[k], acc);
+        s[u][k] *= decay;
+      }
+      acc = row_sum(acc, lay.lanes);
+      if (lay.c == 0 && p < t.p_end) out_pair(a, t, smem, L, hl, p, acc);
+    }
+    for (int e0 = 0; e0 < t.nent; e0 += 4) {
+      float b[4][kVec];
+#pragma unroll
+      for (int ee = 0; ee < 4; ++ee)
+#pragma unroll
+        for (int k = 0; k < kVec; k += 4) {
+          const float4 v = e0 + ee < t.nent ? *reinterpret_cast<const float4*>(sB + (e0 + ee) * t.N + k)
+                                            : make_float4(0.f, 0.f, 0.f, 0.f);
+          b[ee][k] = v.x, b[ee][k + 1] = v.y, b[ee][k + 2] = v.z, b[ee][k + 3] = v.w;
+        }
+      const int ne = min(4, t.nent - e0);
+#pragma unroll
+      for (int u = 0; u < R; ++u) {
+        const int pl = min(p0 + u * lay.rpp + lay.rsub, t.p_end - 1) - t.p_begin;
+        const float4 uv = *reinterpret_cast<const float4*>(su + pl * E4 + e0);
+        const float ue[4] = {uv.x, uv.y, uv.z, uv.w};
+#pragma unroll
+        for (int ee = 0; ee < 4; ++ee)
+          if (ee < ne) {
+#pragma unroll
+            for (int k = 0; k < kVec; ++k) s[u][k] = fmaf(ue[ee], b[ee][k], s[u][k]);
+          }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < R; ++u) {
+      const int p = p0 + u * lay.rpp + lay.rsub;
+      if (p < t.p_end) {
+        StateVec<T>::store(ck + hoff + static_cast<long long>(p) * t.N, s[u]);
+        if constexpr (!std::is_void<RDT>::value) {
+          static_assert(kVec == 4, "dual read copies are written from an fp32 update copy");
+          store_narrow4(rd + hoff + static_cast<long long>(p) * t.N, s[u]);
+        }
+      }
+    }
+  }
+}
+
+__device__ inline float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ inline float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
+
+template <class A, class CK, class RD>
+__global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
+    mamba2_replay_grouped_kernel(Mamba2ReplayLaunch l, int hc, int ptiles) {
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  int* ismem = reinterpret_cast<int*>(smem);
+  __shared__ int s_fill;
+  const Mamba2StepArgs& a = l.step;
+  const int H = a.dims.H, P = a.dims.P, N = a.dims.N, G = a.dims.G, hpg = H / G, chunks = hpg / hc;
+  const int per_row = G * chunks * ptiles;
+  const int row = blockIdx.x / per_row, in_row = blockIdx.x % per_row;
+  const int g = in_row / (chunks * ptiles), chunk = in_row % (chunks * ptiles) / ptiles, tile = in_row % ptiles;
+  const int slot = a.d_slot[row];
+  if (slot < 0) return;
+  const int tid = threadIdx.x, h0 = g * hpg + chunk * hc;
+  const int tile_rows = (P + ptiles - 1) / ptiles;
+  const int p_begin = tile * tile_rows, p_end = min(P, p_begin + tile_rows), rows = p_end - p_begin;
+  const GroupedSmem L{N, l.interval, hc, rows};
+  const int np = hc * rows, E4 = L.E4();
+  constexpr bool kDual = !std::is_void<RD>::value;
+  using Src = typename std::conditional<kDual, RD, CK>::type;
+  const long long slot_off = static_cast<long long>(slot) * H * P * N;
+  // Pairs are contiguous from (h0, p_begin) in every [.., H, P] array: hc = 1 or the tile is the whole head.
+  const long long pair_base = static_cast<long long>(h0) * P + p_begin;
+  const void* src_copy = kDual ? l.d_read : l.d_ckpt;
+
+  // ---- A ----
+  prefetch_tile(static_cast<const Src*>(src_copy) + slot_off + pair_base * N, static_cast<long long>(rows) * N * sizeof(Src));
+  int arrived = 0;
+  if (tid == 0) {
+    const int f = ld_acquire_g(&l.d_fill[slot]);
+    arrived = atomicAdd(&l.d_arrive[slot], 1);
+    s_fill = min(max(f, 0), l.interval - 1);
+  }
+  const A* x = static_cast<const A*>(a.d_x) + row * or_default(a.x_stride, static_cast<long long>(H) * P) + pair_base;
+  const A* dtp = static_cast<const A*>(a.d_dt) + row * or_default(a.dt_stride, H);
+  const long long bcs = or_default(a.bc_stride, static_cast<long long>(G) * N);
+  const A* Bt = static_cast<const A*>(a.d_B) + row * bcs + g * N;
+  const A* Ct = static_cast<const A*>(a.d_C) + row * bcs + g * N;
+  const A* z = a.d_z ? static_cast<const A*>(a.d_z) + row * or_default(a.z_stride, static_cast<long long>(H) * P) + pair_base
+                     : nullptr;
+  for (int n = tid; n < N; n += kThreads) {
+    smem[L.off_C() + n] = to_f32(Ct[n]);
+    smem[L.off_Bt() + n] = to_buffer_f32(Bt[n]);
+    ismem[L.off_Bbits() + n] = to_buffer_bits(Bt[n]);
+  }
+  for (int hl = tid; hl < hc; hl += kThreads) {
+    const int h = h0 + hl;
+    smem[L.off_delta() + hl] = delta_of(to_f32(dtp[h]), a.d_dt_bias[h], a.dt_min, a.dt_max);
+    smem[L.off_A() + hl] = -expf(a.d_A_log[h]);
+  }
+  // This thread's pairs: q = q0 + i, i < kPairVec (np <= kMaxPairs, checked by the launcher).
+  const int q0 = tid * kPairVec;
+  float xb[kPairVec];
+  uint32_t xbits[kPairVec / 2] = {0, 0, 0, 0};  // the pairs' buffer codes, two a register
+#pragma unroll
+  for (int i = 0; i < kPairVec; ++i) {
+    const int q = q0 + i;
+    xb[i] = 0.0f;
+    if (q < np) {
+      const int hl = q / rows, p = p_begin + q % rows;
+      const float xa = to_f32(x[q]);
+      smem[L.off_dx() + q] = (a.d_per_dim ? a.d_D[(h0 + hl) * P + p] : a.d_D[h0 + hl]) * xa;
+      xb[i] = to_buffer_f32(x[q]);
+      xbits[i / 2] |= static_cast<uint32_t>(to_buffer_bits(x[q])) << (16 * (i % 2));
+      if (z) {
+        const float zv = to_f32(z[q]);
+        smem[L.off_g() + q] = zv / (1.0f + expf(-zv));
+      }
+    }
+  }
+  const int cap = l.capacity;
+  const float2* dl = reinterpret_cast<const float2*>(l.d_ring_dl) + static_cast<long long>(slot) * cap * H;  // + e·H + h
+  const uint16_t* rx = l.d_ring_x + static_cast<long long>(slot) * cap * H * P + pair_base;                // + e·H·P + q
+  const uint16_t* rB = l.d_ring_B + static_cast<long long>(slot) * cap * G * N + static_cast<long long>(g) * N;
+  __syncthreads();
+  const int j = s_fill;
+  const bool flush = j + 1 == l.interval;
+  const int nent = j + 1;
+  if constexpr (kDual) {
+    if (flush) prefetch_tile(static_cast<const CK*>(l.d_ckpt) + slot_off + pair_base * N, static_cast<long long>(rows) * N * sizeof(CK));
+  }
+
+  // ---- B: (Δ_e, Λ_e) of every (head, entry), the weights; the dots B_e·C_t ----
+  const int items_dl = hc * nent;
+  for (int i0 = 0; i0 < items_dl; i0 += kDlRound * kThreads) {
+    float2 de[kDlRound];
+    float lp[kDlRound];
+#pragma unroll
+    for (int v = 0; v < kDlRound; ++v) {
+      const int i = i0 + v * kThreads + tid, hl = i / nent, e = i % nent;
+      const bool live = i < items_dl;
+      de[v] = live && e < j ? dl[static_cast<long long>(e) * H + h0 + hl] : make_float2(0.0f, 0.0f);
+      lp[v] = live && j > 0 ? dl[static_cast<long long>(j - 1) * H + h0 + hl].y : 0.0f;
+    }
+#pragma unroll
+    for (int v = 0; v < kDlRound; ++v) {
+      const int i = i0 + v * kThreads + tid, hl = i / nent, e = i % nent;
+      if (i < items_dl) {
+        const float delta = smem[L.off_delta() + hl];
+        const float lam_t = lp[v] + smem[L.off_A() + hl] * delta;
+        if (e == j) {
+          de[v] = make_float2(delta, lam_t);
+          smem[L.off_decay() + hl] = expf(lam_t);
+          if (!flush && tile == 0)
+            reinterpret_cast<float2*>(l.d_ring_dl)[static_cast<long long>(slot) * cap * H + static_cast<long long>(j) * H + h0 + hl] =
+                de[v];
+        }
+        smem[L.off_wf() + hl * E4 + e] = de[v].x * expf(lam_t - de[v].y);
+      }
+    }
+  }
+  const int c8 = N / 8, items = nent * c8;
+  for (int i0 = 0; i0 < items; i0 += 2 * kThreads) {  // uniform over the CTA: every lane reaches the shuffles
+    float acc[2] = {0.0f, 0.0f};
+    uint4 raw[2];
+#pragma unroll
+    for (int v = 0; v < 2; ++v) {
+      const int i = i0 + v * kThreads + tid, e = i / c8, k = i % c8;
+      raw[v] = (i < items && e < j) ? *reinterpret_cast<const uint4*>(rB + static_cast<long long>(e) * G * N + 8 * k)
+                                    : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int v = 0; v < 2; ++v) {
+      const int i = i0 + v * kThreads + tid, e = i / c8, k = i % c8;
+      if (i < items) {
+        float b[8];
+        if (e < j) {
+          const uint32_t w[4] = {raw[v].x, raw[v].y, raw[v].z, raw[v].w};
+#pragma unroll
+          for (int m = 0; m < 4; ++m) b[2 * m] = bf16_lo(w[m]), b[2 * m + 1] = bf16_hi(w[m]);
+        } else {
+#pragma unroll
+          for (int m = 0; m < 8; ++m) b[m] = smem[L.off_Bt() + 8 * k + m];
+        }
+#pragma unroll
+        for (int m = 0; m < 8; ++m) acc[v] = fmaf(b[m], smem[L.off_C() + 8 * k + m], acc[v]);
+        if (flush) {
+          float4* dst = reinterpret_cast<float4*>(smem + L.off_B() + e * N + 8 * k);
+          dst[0] = make_float4(b[0], b[1], b[2], b[3]);
+          dst[1] = make_float4(b[4], b[5], b[6], b[7]);
+        }
+      }
+      acc[v] = row_sum(acc[v], c8);
+      if (i < items && k == 0) smem[L.off_dot() + e] = acc[v];
+    }
+  }
+  __syncthreads();
+
+  // ---- C: ring sum of this thread's pairs; the token's ring append ----
+  // 16-byte loads when the pairs' run starts on an 8-element boundary of the ring (uniform over the CTA).
+  const bool vec = pair_base % 8 == 0 && static_cast<long long>(H) * P % 8 == 0 &&
+                   reinterpret_cast<uintptr_t>(l.d_ring_x) % 16 == 0;
+  {
+    float acc[kPairVec];
+#pragma unroll
+    for (int i = 0; i < kPairVec; ++i) acc[i] = 0.0f;
+    // The 8 pairs span at most two heads (rows >= 8 whenever hc > 1, checked by the launcher): hlA below split.
+    const int hlA = min(q0 / rows, hc - 1), hlB = min((q0 + kPairVec - 1) / rows, hc - 1), split = (hlA + 1) * rows - q0;
+    if (q0 < np) {
+      for (int e0 = 0; e0 < j; e0 += kXRound) {
+        uint4 raw[kXRound];
+#pragma unroll
+        for (int u = 0; u < kXRound; ++u) {
+          const int e = e0 + u;
+          const uint16_t* pe = rx + static_cast<long long>(e) * H * P + q0;
+          if (e >= j) {
+            raw[u] = make_uint4(0, 0, 0, 0);
+          } else if (vec && q0 + kPairVec <= np) {
+            raw[u] = *reinterpret_cast<const uint4*>(pe);
+          } else {
+            uint32_t w[4];
+#pragma unroll
+            for (int m = 0; m < 4; ++m) {
+              const uint32_t lo = q0 + 2 * m < np ? pe[2 * m] : 0, hi = q0 + 2 * m + 1 < np ? pe[2 * m + 1] : 0;
+              w[m] = lo | (hi << 16);
+            }
+            raw[u] = make_uint4(w[0], w[1], w[2], w[3]);
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kXRound; ++u) {
+          const int e = e0 + u;
+          if (e < j) {
+            const uint32_t w[4] = {raw[u].x, raw[u].y, raw[u].z, raw[u].w};
+            const float dot = smem[L.off_dot() + e];
+#pragma unroll
+            for (int i = 0; i < kPairVec; ++i) {
+              const float xe = i % 2 == 0 ? bf16_lo(w[i / 2]) : bf16_hi(w[i / 2]);
+              acc[i] = fmaf(smem[L.off_wf() + (i < split ? hlA : hlB) * E4 + e] * dot, xe, acc[i]);
+            }
+          }
+        }
+      }
+      const float dotj = smem[L.off_dot() + j];
+#pragma unroll
+      for (int i = 0; i < kPairVec; ++i) {
+        acc[i] = fmaf(smem[L.off_wf() + (i < split ? hlA : hlB) * E4 + j] * dotj, xb[i], acc[i]);
+        if (q0 + i < np) smem[L.off_ring() + q0 + i] = acc[i];
+      }
+      if (!flush) {
+        uint16_t* dst = l.d_ring_x + static_cast<long long>(slot) * cap * H * P + static_cast<long long>(j) * H * P + pair_base + q0;
+        if (vec && q0 + kPairVec <= np) {
+          *reinterpret_cast<uint4*>(dst) = make_uint4(xbits[0], xbits[1], xbits[2], xbits[3]);
+        } else {
+#pragma unroll
+          for (int i = 0; i < kPairVec; ++i)
+            if (q0 + i < np) dst[i] = static_cast<uint16_t>(xbits[i / 2] >> (16 * (i % 2)));
+        }
+      }
+    }
+  }
+  if (!flush && tile == 0 && chunk == 0)
+    for (int n = tid; n < N; n += kThreads)
+      l.d_ring_B[static_cast<long long>(slot) * cap * G * N + (static_cast<long long>(j) * G + g) * N + n] =
+          static_cast<uint16_t>(ismem[L.off_Bbits() + n]);
+  __syncthreads();
+
+  // ---- D: the stream ----
+  GroupedCtx t;
+  t.H = H, t.P = P, t.N = N, t.h0 = h0, t.hc = hc, t.row = row, t.p_begin = p_begin, t.p_end = p_end, t.rows = rows;
+  t.nent = nent;
+  t.ys = or_default(a.y_stride, static_cast<long long>(H) * P);
+  t.slot_off = slot_off;
+  t.y_bf16 = a.y_format == Format::BF16;
+  t.gated = z != nullptr;
+  if (!flush) {
+    grouped_read<Src>(a, t, static_cast<const Src*>(src_copy), smem, L);
+  } else {
+    CK* ck = static_cast<CK*>(l.d_ckpt);
+    for (int hl = 0; hl < hc; ++hl) {
+      if (hl + 1 < hc)
+        prefetch_tile(ck + slot_off + (pair_base + static_cast<long long>(hl + 1) * P) * N,
+                      static_cast<long long>(rows) * N * sizeof(CK));
+      // This head's x·weight per (row, entry); the previous head's are no longer read (barrier at the loop end).
+      const int hitems = rows * nent;
+      for (int i = tid; i < hitems; i += kThreads) {
+        const int pl = i / nent, e = i % nent;
+        const int q = hl * rows + pl;
+        const float xe = e < j ? bf16_bits_to_float(rx[static_cast<long long>(e) * H * P + q]) : to_buffer_f32(x[q]);
+        smem[L.off_u() + pl * E4 + e] = smem[L.off_wf() + hl * E4 + e] * xe;
+      }
+      __syncthreads();
+      if constexpr (kDual)
+        grouped_flush_head<CK, RD>(a, t, hl, ck, static_cast<RD*>(l.d_read), smem, L);
+      else
+        grouped_flush_head<CK, void>(a, t, hl, ck, nullptr, smem, L);
+      __syncthreads();
+    }
+  }
+
+  if (tid == 0 && arrived == per_row - 1) {  // the last CTA of the row advances the cursor (mamba2_replay.cu)
+    __threadfence();
+    l.d_arrive[slot] = 0;
+    l.d_fill[slot] = j + 1 >= l.interval ? 0 : j + 1;
+  }
+}
+
+template <class A, class CK, class RD>
+void launch_grouped(const Mamba2ReplayLaunch& l, int hc, int ptiles, cudaStream_t stream) {
+  const Mamba2Dims& d = l.step.dims;
+  const long long blocks = static_cast<long long>(l.step.batch) * (d.H / hc) * ptiles;
+  if (blocks > 0x7FFFFFFFLL) bad_launch("mamba2_replay_step", "batch · H / heads_per_cta · tiles exceeds the grid limit");
+  const GroupedSmem L{d.N, l.interval, hc, (d.P + ptiles - 1) / ptiles};
+  const size_t bytes = static_cast<size_t>(L.floats()) * sizeof(float);
+  if (bytes > 227 * 1024)
+    bad_launch("mamba2_replay_step", "variant 1 needs " + std::to_string(bytes) + " bytes of shared memory (over 227 KiB); "
+                                     "lower heads_per_cta or the interval");
+  auto kernel = mamba2_replay_grouped_kernel<A, CK, RD>;
+  if (bytes > 48 * 1024)
+    CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(l, hc, ptiles);
+  CUDA_CHECK_LAUNCH(stream);
+}
+
+template <class A>
+void dispatch_grouped_state(const Mamba2ReplayLaunch& l, int hc, int ptiles, cudaStream_t stream) {
+  if (l.dual) {
+    if (l.read_format == Format::BF16)
+      launch_grouped<A, float, __nv_bfloat16>(l, hc, ptiles, stream);
+    else
+      launch_grouped<A, float, __half>(l, hc, ptiles, stream);
+    return;
+  }
+  switch (l.ckpt_format) {
+    case Format::FP32: launch_grouped<A, float, void>(l, hc, ptiles, stream); break;
+    case Format::BF16: launch_grouped<A, __nv_bfloat16, void>(l, hc, ptiles, stream); break;
+    default: launch_grouped<A, __half, void>(l, hc, ptiles, stream); break;
+  }
+}
+
+// Heads per CTA and P-tiles of the grouped variant: as many heads of a group per CTA (a power of two dividing H/G,
+// at most 16) as keep >= 2048 CTAs; when one head per CTA is still too few, P-tiles as the default kernel's.
+void grouped_shape(const Mamba2ReplayLaunch& l, Format streamed, int& hc, int& ptiles) {
+  const Mamba2Dims& d = l.step.dims;
+  const int hpg = d.H / d.G;
+  if (l.heads_per_cta > 0) {
+    if (hpg % l.heads_per_cta != 0 || l.heads_per_cta > kMaxGroupHeads)
+      bad_launch("mamba2_replay_step", "heads_per_cta must divide H/G = " + std::to_string(hpg) + " and be at most " +
+                                           std::to_string(kMaxGroupHeads) + " (got " + std::to_string(l.heads_per_cta) + ")");
+    hc = l.heads_per_cta;
+  } else {
+    hc = 1;
+    while (2 * hc <= kMaxGroupHeads && hpg % (2 * hc) == 0 && static_cast<long long>(l.step.batch) * d.H / (2 * hc) >= 2048 &&
+           2 * hc * d.P <= kMaxPairs && d.P >= kPairVec)
+      hc *= 2;
+  }
+  if (hc > 1 && d.P < kPairVec)
+    bad_launch("mamba2_replay_step", "variant 1: heads_per_cta > 1 needs P >= " + std::to_string(kPairVec));
+  ptiles = hc == 1 ? mamba2_p_tiles(d, l.step.batch, streamed) : 1;
+  if (hc * ((d.P + ptiles - 1) / ptiles) > kMaxPairs)
+    bad_launch("mamba2_replay_step", "variant 1: heads_per_cta · P must be at most " + std::to_string(kMaxPairs) +
+                                         " (got " + std::to_string(hc) + " · " + std::to_string(d.P) + ")");
+}
+
+void replay_grouped(const Mamba2ReplayLaunch& l, Format streamed, cudaStream_t stream) {
+  int hc = 1, ptiles = 1;
+  grouped_shape(l, streamed, hc, ptiles);
+  if (l.step.act_format == Format::BF16)
+    dispatch_grouped_state<__nv_bfloat16>(l, hc, ptiles, stream);
+  else
+    dispatch_grouped_state<float>(l, hc, ptiles, stream);
+}
+
+}  // namespace m2
+}  // namespace rssm
