@@ -157,6 +157,7 @@ struct Config {
   int interval;
   int batch;
   int variant = 0;  // replay kernel (Mamba2ReplayLaunch::variant): 1 = grouped, named replay_g / dual_g
+  int heads = 0;    // variant 1: heads per CTA forced (named replay_g_hN), 0 = the launcher's choice
 };
 
 const char* kind_name(Kind k) {
@@ -171,6 +172,7 @@ const char* kind_name(Kind k) {
 std::string bench_name(const Config& c) {
   std::string s = c.scheme == Scheme::Eager ? "eager" : c.scheme == Scheme::Replay ? "replay" : "dual";
   if (c.variant == 1) s += "_g";
+  if (c.heads > 0) s += "_h" + std::to_string(c.heads);
   s += "/" + (c.scheme == Scheme::Dual ? "fp32+" + format_name(c.state) : format_name(c.state));
   if (c.scheme != Scheme::Eager) s += "/K" + std::to_string(c.interval) + "/" + kind_name(c.kind);
   return s + "/batch:" + std::to_string(c.batch);
@@ -261,7 +263,7 @@ void bm_step(benchmark::State& st, Config c) {
   lr.step = a, lr.interval = K, lr.capacity = cap, lr.ckpt_format = dual ? Format::FP32 : c.state, lr.d_ckpt = ck.p;
   lr.dual = dual, lr.read_format = c.state, lr.d_read = dual ? rd.p : nullptr;
   lr.d_ring_x = rx.p, lr.d_ring_B = rB.p, lr.d_ring_dl = dl.p, lr.d_fill = fill.p, lr.d_arrive = arrive.p;
-  lr.variant = c.variant;
+  lr.variant = c.variant, lr.heads_per_cta = c.heads;
 
   // The step sequence of one graph: per step, the fill it starts from (-1: leave the cursor to the kernel).
   std::vector<int> seq;
@@ -320,7 +322,14 @@ void bm_step(benchmark::State& st, Config c) {
   st.counters["us_median"] = med * 1e6;
   st.counters["of_copy"] = med > 0 ? bytes / med / 1e9 / g_copy_GBps : 0;
   st.counters["of_read"] = med > 0 ? bytes / med / 1e9 / g_read_GBps : 0;
-  st.counters["p_tiles"] = mamba2_p_tiles({H, P, N, G}, B, c.state);  // c.state: the copy a non-flush step streams
+  if (c.variant == 1) {
+    int hc = 0, pt = 0;
+    mamba2_grouped_shape(lr, hc, pt);
+    st.counters["p_tiles"] = pt;
+    st.counters["heads_per_cta"] = hc;
+  } else {
+    st.counters["p_tiles"] = mamba2_p_tiles({H, P, N, G}, B, c.state);  // c.state: the copy a non-flush step streams
+  }
 }
 
 void add(const Config& c) {
@@ -331,10 +340,10 @@ void add(const Config& c) {
   else b->Iterations(10)->Repetitions(5)->ReportAggregatesOnly(true);
 }
 
-void add_replay_kinds(Scheme sc, Format f, int K, int batch, int variant = 0) {
+void add_replay_kinds(Scheme sc, Format f, int K, int batch, int variant = 0, int heads = 0) {
   for (Kind k : {Kind::Nonflush, Kind::Flush, Kind::Amortised}) {
     if (k == Kind::Nonflush && K == 1) continue;
-    add({sc, f, k, K, batch, variant});
+    add({sc, f, k, K, batch, variant, heads});
   }
 }
 
@@ -377,6 +386,10 @@ void register_all() {
       if (!g_opt.full && b != 1 && b != 64 && b != 256) continue;
       for (const S& s : schemes) add_replay_kinds(s.sc, s.f, K, b, 1);
     }
+  // Its heads-per-CTA trade (fewer, longer CTAs against the tail of the last wave), fp32 at interval 16, batch 256.
+  const int hpg = g_model.mamba2.H / g_model.mamba2.G;
+  for (int hc : {4, 8})
+    if (hpg % hc == 0) add_replay_kinds(Scheme::Replay, Format::FP32, 16, 256, 1, hc);
 }
 
 }  // namespace

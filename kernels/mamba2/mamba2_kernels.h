@@ -90,6 +90,7 @@ struct Mamba2ReplayLaunch {
   // prologue done once per CTA and the heads' tiles streamed back to back (mamba2_replay_grouped.cu).
   int variant = 0;
   int heads_per_cta = 0;  // variant 1 only: 0 = chosen from the batch; else a divisor of H/G, at most 16
+  int p_tiles = 0;        // variant 1 only: 0 = chosen from the batch; else CTAs per head (needs heads_per_cta 1)
 };
 
 // Largest interval a replay launch accepts (per-entry weights live in shared memory).
@@ -101,5 +102,9 @@ void mamba2_replay_step(const Mamba2ReplayLaunch& launch, cudaStream_t stream);
 // CTAs per (row, head) the launchers use for `batch` rows: the head dim is split into tiles when few rows would
 // leave SMs idle. Exposed for the tests (tile edges) and the benchmark's labels.
 int mamba2_p_tiles(const Mamba2Dims& dims, int batch, Format state_format);
+
+// The grouped replay variant's shape for this launch (heads per CTA, P-tiles), as its launcher picks it; throws as
+// the launcher would on a forced shape it rejects. For the benchmark's labels.
+void mamba2_grouped_shape(const Mamba2ReplayLaunch& l, int& heads_per_cta, int& p_tiles);
 
 }  // namespace rssm

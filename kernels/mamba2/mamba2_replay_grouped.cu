@@ -11,7 +11,9 @@
 //      turn (its x·weights per head in shared memory, computed just before that head's stream).
 // Why: the one-CTA-per-head kernel pays the slot -> cursor -> ring chain of dependent reads once per head and
 // needed 8 resident CTAs per SM to hide it; here it is paid once per hc heads, so fewer, longer-lived CTAs
-// (4 per SM, 128 registers) keep the bandwidth busy.
+// (4 per SM, 128 registers, no spills) keep the bandwidth busy. Shape (grouped_shape): hc = 16 at batch 256 and
+// H = 128 (2048 CTAs), 4 at batch 64; at batch 1 one head per CTA in 4 P-tiles (512 CTAs, a single wave).
+// Shared memory at Super-120B, hc = 16: 27 KiB at interval 16, 40 KiB at 32 (4 CTAs per SM either way).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -294,6 +296,14 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
     if (flush) prefetch_tile(static_cast<const CK*>(l.d_ckpt) + slot_off + pair_base * N, static_cast<long long>(rows) * N * sizeof(CK));
   }
 
+  // The ring's x entries of this thread's pairs on their way into L2: phase C's loads wait behind the dots' barrier,
+  // so without this they would add one more memory latency to the prologue. One prefetch per 128-byte line.
+  if (q0 < np)
+    for (int e = 0; e < j; ++e) {
+      const uint16_t* pe = rx + static_cast<long long>(e) * H * P + q0;
+      if ((reinterpret_cast<uintptr_t>(pe) & 127) < 2 * kPairVec || tid == 0) asm volatile("prefetch.global.L2 [%0];" ::"l"(pe));
+    }
+
   // ---- B: (Δ_e, Λ_e) of every (head, entry), the weights; the dots B_e·C_t ----
   const int items_dl = hc * nent;
   for (int i0 = 0; i0 < items_dl; i0 += kDlRound * kThreads) {
@@ -502,28 +512,57 @@ void dispatch_grouped_state(const Mamba2ReplayLaunch& l, int hc, int ptiles, cud
   }
 }
 
-// Heads per CTA and P-tiles of the grouped variant: as many heads of a group per CTA (a power of two dividing H/G,
-// at most 16) as keep >= 2048 CTAs; when one head per CTA is still too few, P-tiles as the default kernel's.
+// SMs of the current device (cached per device: a cheap attribute query, no synchronisation, legal in a capture).
+int sm_count() {
+  static int cache[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
+  if (dev >= 0 && dev < 64 && cache[dev] > 0) return cache[dev];
+  int n = 0;
+  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
+    (void)cudaGetLastError();
+    n = 132;
+  }
+  if (dev >= 0 && dev < 64) cache[dev] = n;
+  return n;
+}
+
+// Heads per CTA and P-tiles of the grouped variant. Serving batches: as many heads of a group per CTA (a power of
+// two dividing H/G, at most 16) as keep about three waves of resident CTAs (batch 256 at H = 128: 16 heads, 2048
+// CTAs); each CTA then streams long enough to hide its prologue. Small batches (one head per CTA): P-tiles only
+// while the grid fits in one wave, since there every CTA is a chain of latencies and a second wave doubles it.
 void grouped_shape(const Mamba2ReplayLaunch& l, Format streamed, int& hc, int& ptiles) {
+  const char* what = "mamba2_replay_step";
   const Mamba2Dims& d = l.step.dims;
   const int hpg = d.H / d.G;
+  const long long slots = static_cast<long long>(kGroupedMinBlocks) * sm_count();
+  const long long heads = static_cast<long long>(l.step.batch) * d.H;
   if (l.heads_per_cta > 0) {
     if (hpg % l.heads_per_cta != 0 || l.heads_per_cta > kMaxGroupHeads)
-      bad_launch("mamba2_replay_step", "heads_per_cta must divide H/G = " + std::to_string(hpg) + " and be at most " +
-                                           std::to_string(kMaxGroupHeads) + " (got " + std::to_string(l.heads_per_cta) + ")");
+      bad_launch(what, "heads_per_cta must divide H/G = " + std::to_string(hpg) + " and be at most " +
+                           std::to_string(kMaxGroupHeads) + " (got " + std::to_string(l.heads_per_cta) + ")");
     hc = l.heads_per_cta;
   } else {
     hc = 1;
-    while (2 * hc <= kMaxGroupHeads && hpg % (2 * hc) == 0 && static_cast<long long>(l.step.batch) * d.H / (2 * hc) >= 2048 &&
-           2 * hc * d.P <= kMaxPairs && d.P >= kPairVec)
+    while (2 * hc <= kMaxGroupHeads && hpg % (2 * hc) == 0 && heads / (2 * hc) >= 3 * slots && 2 * hc * d.P <= kMaxPairs &&
+           d.P >= kPairVec)
       hc *= 2;
   }
-  if (hc > 1 && d.P < kPairVec)
-    bad_launch("mamba2_replay_step", "variant 1: heads_per_cta > 1 needs P >= " + std::to_string(kPairVec));
-  ptiles = hc == 1 ? mamba2_p_tiles(d, l.step.batch, streamed) : 1;
+  if (hc > 1 && d.P < kPairVec) bad_launch(what, "heads_per_cta > 1 needs P >= " + std::to_string(kPairVec));
+  const int rpp = kThreads / (d.N / state_vec(streamed));  // rows of one pass: the smallest useful tile
+  if (l.p_tiles > 0) {
+    if (hc != 1) bad_launch(what, "p_tiles > 0 needs heads_per_cta = 1");
+    const int tr = (d.P + l.p_tiles - 1) / l.p_tiles;
+    if ((l.p_tiles - 1) * tr >= d.P)
+      bad_launch(what, "p_tiles = " + std::to_string(l.p_tiles) + " leaves an empty tile of P = " + std::to_string(d.P));
+    ptiles = l.p_tiles;
+  } else {
+    ptiles = 1;
+    while (hc == 1 && heads * 2 * ptiles <= slots && (d.P + 2 * ptiles - 1) / (2 * ptiles) >= rpp) ptiles *= 2;
+  }
   if (hc * ((d.P + ptiles - 1) / ptiles) > kMaxPairs)
-    bad_launch("mamba2_replay_step", "variant 1: heads_per_cta · P must be at most " + std::to_string(kMaxPairs) +
-                                         " (got " + std::to_string(hc) + " · " + std::to_string(d.P) + ")");
+    bad_launch(what, "variant 1: heads_per_cta · P must be at most " + std::to_string(kMaxPairs) + " (got " +
+                         std::to_string(hc) + " · " + std::to_string(d.P) + ")");
 }
 
 void replay_grouped(const Mamba2ReplayLaunch& l, Format streamed, cudaStream_t stream) {
@@ -536,4 +575,9 @@ void replay_grouped(const Mamba2ReplayLaunch& l, Format streamed, cudaStream_t s
 }
 
 }  // namespace m2
+
+void mamba2_grouped_shape(const Mamba2ReplayLaunch& l, int& heads_per_cta, int& p_tiles) {
+  m2::grouped_shape(l, l.dual ? l.read_format : l.ckpt_format, heads_per_cta, p_tiles);
+}
+
 }  // namespace rssm

@@ -124,6 +124,7 @@ struct Case {
   bool has_z = false, d_per_dim = false, dt_limits = false;
   int variant = 0;        // replay kernel (Mamba2ReplayLaunch::variant): 0 per head, 1 grouped
   int heads_per_cta = 0;  // variant 1: 0 = the launcher's choice
+  int p_tiles = 0;        // variant 1: 0 = the launcher's choice
   std::string name() const {
     const char* k = kind == Kind::Eager ? "eager" : kind == Kind::Replay ? "replay" : "dual";
     std::string s = fmt::format("{} {} state={}", geo, k, format_name(state));
@@ -134,7 +135,9 @@ struct Case {
     if (has_z) s += " z";
     if (d_per_dim) s += " D[H,P]";
     if (dt_limits) s += " dt-limits";
-    if (variant == 1) s += heads_per_cta > 0 ? fmt::format(" grouped(h={})", heads_per_cta) : " grouped(auto)";
+    if (variant == 1)
+      s += heads_per_cta > 0 ? fmt::format(" grouped(h={}{})", heads_per_cta, p_tiles > 0 ? fmt::format(",t={}", p_tiles) : "")
+                             : " grouped(auto)";
     return s;
   }
 };
@@ -268,7 +271,7 @@ void run_case(const Case& c, uint64_t seed) {
     lr.step = a, lr.interval = K, lr.capacity = cap, lr.ckpt_format = sf, lr.d_ckpt = dck.p, lr.dual = dual;
     lr.read_format = c.read, lr.d_read = dual ? drd->p : nullptr;
     lr.d_ring_x = drx.p, lr.d_ring_B = drB.p, lr.d_ring_dl = ddl.p, lr.d_fill = dfill.p, lr.d_arrive = darr.p;
-    lr.variant = c.variant, lr.heads_per_cta = c.heads_per_cta;
+    lr.variant = c.variant, lr.heads_per_cta = c.heads_per_cta, lr.p_tiles = c.p_tiles;
   }
 
   const Format judged = eager ? sf : dual ? c.read : sf;
@@ -519,14 +522,18 @@ TEST_CASE("mamba2 cuda eager: Nemotron-3 geometries", "[gpu][mamba2][eager]") {
 }
 
 // Replay kernels every replay/dual case runs through: variant 0 (one CTA per head), variant 1 with every head of a
-// group in one CTA (heads_per_cta = H/G: the serving-batch shape) and, where `with_auto`, variant 1 as the launcher
-// shapes it for these 4 rows (one head per CTA, P-tiles: the batch-1 shape).
+// group in one CTA (heads_per_cta = H/G: the serving-batch shape) and, where `more`, variant 1 as the launcher
+// shapes it for these 4 rows, and with one head per CTA split in 4 P-tiles (the batch-1 shape; Nano-4B's 20-row
+// tiles take the unaligned ring path).
 struct VariantRun {
-  int variant, heads;
+  int variant, heads, tiles;
 };
-std::vector<VariantRun> replay_variants(const Mamba2Dims& d, bool with_auto) {
-  std::vector<VariantRun> v = {{0, 0}, {1, d.H / d.G}};
-  if (with_auto) v.push_back({1, 0});
+std::vector<VariantRun> replay_variants(const Mamba2Dims& d, bool more) {
+  std::vector<VariantRun> v = {{0, 0, 0}, {1, d.H / d.G, 0}};
+  if (more) {
+    v.push_back({1, 0, 0});
+    if (d.P >= 32) v.push_back({1, 1, 4});
+  }
   return v;
 }
 
@@ -540,7 +547,7 @@ TEST_CASE("mamba2 cuda replay: shared checkpoint, every interval, small geometry
           c.geo = "small", c.dims = small(), c.kind = Kind::Replay, c.state = s, c.act = act, c.interval = K;
           c.has_z = K % 8 == 0, c.d_per_dim = act == Format::FP32, c.dt_limits = K == 4;
           c.yfmt = (K == 8 && s == Format::BF16) ? Format::BF16 : Format::FP32;
-          c.variant = vr.variant, c.heads_per_cta = vr.heads;
+          c.variant = vr.variant, c.heads_per_cta = vr.heads, c.p_tiles = vr.tiles;
           run_case(c, seed_for(c));
         }
 }
@@ -552,7 +559,7 @@ TEST_CASE("mamba2 cuda dual: fp32 update + bf16/fp16 read copy, every interval, 
       for (VariantRun vr : replay_variants(small(), true)) {
         Case c;
         c.geo = "small", c.dims = small(), c.kind = Kind::Dual, c.read = r, c.interval = K, c.has_z = K == 16;
-        c.variant = vr.variant, c.heads_per_cta = vr.heads;
+        c.variant = vr.variant, c.heads_per_cta = vr.heads, c.p_tiles = vr.tiles;
         run_case(c, seed_for(c));
       }
 }
@@ -565,12 +572,12 @@ TEST_CASE("mamba2 cuda replay and dual: Nemotron-3 Nano-4B and Super-120B", "[gp
         for (Format s : {Format::FP32, Format::BF16}) {
           Case c;
           c.geo = geo, c.dims = dims, c.kind = Kind::Replay, c.state = s, c.interval = K, c.has_z = true;
-          c.variant = vr.variant, c.heads_per_cta = vr.heads;
+          c.variant = vr.variant, c.heads_per_cta = vr.heads, c.p_tiles = vr.tiles;
           run_case(c, seed_for(c));
         }
         Case c;
         c.geo = geo, c.dims = dims, c.kind = Kind::Dual, c.read = Format::BF16, c.interval = K, c.has_z = true;
-        c.variant = vr.variant, c.heads_per_cta = vr.heads;
+        c.variant = vr.variant, c.heads_per_cta = vr.heads, c.p_tiles = vr.tiles;
         run_case(c, seed_for(c));
       }
 }
