@@ -11,6 +11,7 @@
 #include <string>
 
 #include "mamba2/mamba2_kernels.h"
+#include "model/formulas.h"
 #include "numeric/bits.h"
 
 namespace rssm {
@@ -148,14 +149,12 @@ __device__ inline float to_buffer_f32(__nv_bfloat16 v) { return __bfloat162float
 __device__ inline uint16_t to_buffer_bits(float v) { return float_to_bf16_bits(v); }
 __device__ inline uint16_t to_buffer_bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
 
-// Δ = clamp(softplus(dt + dt_bias)), softplus passing through above 20 as model/mamba2.h's softplus does.
+// Δ = clamp(softplus(dt + dt_bias)) and the output gate: the contract's shared formulas (model/formulas.h), in fp32.
 __device__ inline float delta_of(float dt_raw, float dt_bias, float dt_min, float dt_max) {
-  const float v = dt_raw + dt_bias;
-  const float sp = v > 20.0f ? v : log1pf(expf(v));
-  return fminf(fmaxf(sp, dt_min), dt_max);
+  return mamba2_delta<float>(dt_raw, dt_bias, dt_min, dt_max);
 }
 
-__device__ inline float gate(float y, float z) { return y * (z / (1.0f + expf(-z))); }
+__device__ inline float gate(float y, float z) { return silu_gate<float>(y, z); }
 
 // Sum over the `width` consecutive lanes that share a state row (width a power of two <= 32).
 __device__ inline float row_sum(float v, int width) {

@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kThreads) mamba2_eager_kernel(Mamba2StepArgs a
       s_d[p - s0] = a.d_per_dim ? a.d_D[h * P + p] : a.d_D[h];
       if (z) {
         const float zv = to_f32(z[p]);
-        s_g[p - s0] = zv / (1.0f + expf(-zv));
+        s_g[p - s0] = silu<float>(zv);
       }
     }
     __syncthreads();

@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kern
     ismem[L.off_xbits() + pl] = to_buffer_bits(x[p]);
     if (z) {
       const float zv = to_f32(z[p]);
-      smem[L.off_g() + pl] = zv / (1.0f + expf(-zv));
+      smem[L.off_g() + pl] = silu<float>(zv);
     }
   }
   const float delta = delta_of(to_f32(dtp[h]), a.d_dt_bias[h], a.dt_min, a.dt_max);

@@ -280,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
       xbits[i / 2] |= static_cast<uint32_t>(to_buffer_bits(x[q])) << (16 * (i % 2));
       if (z) {
         const float zv = to_f32(z[q]);
-        smem[L.off_g() + q] = zv / (1.0f + expf(-zv));
+        smem[L.off_g() + q] = silu<float>(zv);
       }
     }
   }

@@ -30,10 +30,16 @@ RSSM_HD inline T mamba2_log_decay(T A_log, T delta) {
   return -std::exp(A_log) * delta;
 }
 
-// The output gate y·z·sigmoid(z), written as y·(z / (1 + exp(-z))) (one exp, no division by a tiny sigmoid).
+// SiLU, z·sigmoid(z), written as z / (1 + exp(-z)) (one exp, no division by a tiny sigmoid).
+template <class T>
+RSSM_HD inline T silu(T z) {
+  return z / (T(1) + std::exp(-z));
+}
+
+// The output gate y·silu(z); kernels that precompute silu(z) per element multiply by it in the same order.
 template <class T>
 RSSM_HD inline T silu_gate(T y, T z) {
-  return y * (z / (T(1) + std::exp(-z)));
+  return y * silu<T>(z);
 }
 
 // GDN's log-gate g = -exp(A_log)·softplus(a + dt_bias); the decay is α = exp(g).
