@@ -1,0 +1,66 @@
+// Speculative decoding on the device, what both families share (METHOD.md "Speculative decoding"): the ring
+// convention of the replay verify kernels, the draft-state convention of the eager speculative baseline, and the
+// commit that advances each row by its accepted count. CUDA-free header, like the families' kernel headers.
+//
+// Window. A verify launch takes T positions per row: the token the previous verify produced (always committed) and
+// T − 1 drafts. Position s of row r is input row r·T + s of the family's StepArgs (batch = rows; every per-row
+// stride is per input row) and output row r·T + s.
+//
+// Replay ring (per slot): a power-of-two `capacity` of entries; entry i since the checkpoint (i = 0 .. fill − 1
+// committed) lives at index (base + i) & (capacity − 1). d_fill[slot] = committed entries h, d_base[slot] = index of
+// entry 0; both are written only by the commit, so a verify launch reads them without any hand-off between CTAs.
+// Flush rule, evaluated identically by the verify and the commit on the committed fill h before a window:
+//   flush = h > 0 && (h >= interval || h + 2·T > hist)        (hist = L_hist of METHOD.md, >= interval + T)
+// A verify that flushes first folds the h committed entries into the checkpoint (the flush of the previous window,
+// deferred into the launch that streams the checkpoint anyway), then computes the window from the new checkpoint;
+// either way position s appends its entry at entry number h' + s (h' = 0 after the flush, else h), an index no other
+// CTA of the launch reads. The commit then sets base += h (flushed) and fill = h' + accepted. Rollback of the
+// rejected drafts is nothing: their entries lie past the new fill and are overwritten by the next window.
+// Ring sizes: entries in use never exceed hist (the flush rule), so capacity = the next power of two >= hist.
+//
+// Eager baseline (per slot): T draft states [pool, T, state]; d_cur[slot] names the draft that holds the current
+// state. The verify reads it and writes the state after every position s into draft s: T full states, as serving
+// engines write them today. The commit sets d_cur = accepted − 1.
+#pragma once
+
+#include <cstdint>
+
+struct CUstream_st;
+typedef CUstream_st* cudaStream_t;
+
+namespace rssm {
+
+// Largest window a verify launch accepts.
+constexpr int kMaxSpecWindow = 16;
+
+// The flush rule above, for host code (decoders, tests) and device code alike.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+inline bool spec_flushes(int fill, int interval, int window, int hist) {
+  return fill > 0 && (fill >= interval || fill + 2 * window > hist);
+}
+
+// The smallest power of two >= n (n >= 1).
+inline int spec_ring_capacity(int hist) {
+  int c = 1;
+  while (c < hist) c *= 2;
+  return c;
+}
+
+// One launch advances every row of a verify by its accepted count (1 .. window; a row's count is clamped into that
+// range on the device). Replay rows: d_fill and d_base set (d_cur null). Eager rows: d_cur set (d_fill, d_base null).
+// Padded rows (slot < 0) are skipped.
+struct SpecCommitLaunch {
+  int batch = 0;
+  const int32_t* d_slot = nullptr;      // [batch]
+  const int32_t* d_accepted = nullptr;  // [batch]: tokens committed by this window, 1 .. window
+  int window = 4, interval = 16, hist = 20, capacity = 32;
+  int32_t* d_fill = nullptr;  // [pool]
+  int32_t* d_base = nullptr;  // [pool]
+  int32_t* d_cur = nullptr;   // [pool]
+};
+
+void spec_commit(const SpecCommitLaunch& launch, cudaStream_t stream);
+
+}  // namespace rssm
