@@ -25,6 +25,8 @@
 
 #include <cstdint>
 
+#include "decoder/spec.h"  // spec_flushes, the flush rule (host and device)
+
 struct CUstream_st;
 typedef CUstream_st* cudaStream_t;
 
@@ -32,14 +34,6 @@ namespace rssm {
 
 // Largest window a verify launch accepts.
 constexpr int kMaxSpecWindow = 16;
-
-// The flush rule above, for host code (decoders, tests) and device code alike.
-#if defined(__CUDACC__)
-__host__ __device__
-#endif
-inline bool spec_flushes(int fill, int interval, int window, int hist) {
-  return fill > 0 && (fill >= interval || fill + 2 * window > hist);
-}
 
 // The smallest power of two >= n (n >= 1).
 inline int spec_ring_capacity(int hist) {

@@ -243,11 +243,11 @@ void Mamba2CudaDecoder::fetch(const DeviceBuffer& d, Format f, std::vector<doubl
 std::vector<StateCopy> Mamba2CudaDecoder::state() const {
   if (seqs_ == 0) return {};
   fetch(state_, s_.state_format, host_state_);
-  if (!s_.replays()) return {{"state", step_, host_state_.data(), host_state_.size()}};
-  std::vector<StateCopy> v = {{"checkpoint", flushed_step_, host_state_.data(), host_state_.size()}};
+  if (!s_.replays()) return {{"state", step_, host_state_.data(), host_state_.size(), {}}};
+  std::vector<StateCopy> v = {{"checkpoint", flushed_step_, host_state_.data(), host_state_.size(), {}}};
   if (s_.dual()) {
     fetch(read_, s_.read_format, host_read_);
-    v.push_back({"read", flushed_step_, host_read_.data(), host_read_.size()});
+    v.push_back({"read", flushed_step_, host_read_.data(), host_read_.size(), {}});
   }
   return v;
 }
@@ -255,6 +255,7 @@ std::vector<StateCopy> Mamba2CudaDecoder::state() const {
 }  // namespace
 
 std::string mamba2_cuda_unsupported(const Scheme& s) {
+  if (s.speculative()) return "no CUDA speculative decoder yet";
   if (s.act_format != Format::BF16 && s.act_format != Format::FP32)
     return fmt::format("no CUDA kernel for {} activations yet (the Mamba-2 kernels read bf16 or fp32)",
                        format_name(s.act_format));

@@ -28,6 +28,8 @@ Scheme EagerDecoder::scheme() const {
   s.state_format = fmt_;
   s.rounding = rnd_;
   s.out_format = out_fmt_;
+  s.window = window_;
+  s.acceptance = acceptance_;
   return s;
 }
 
@@ -154,6 +156,6 @@ void EagerDecoder::step_gdn(const InputChunk& c, int s, double* y) {
     }
 }
 
-std::vector<StateCopy> EagerDecoder::state() const { return {{"state", step_, state_.data(), state_.size()}}; }
+std::vector<StateCopy> EagerDecoder::state() const { return {{"state", step_, state_.data(), state_.size(), {}}}; }
 
 }  // namespace rssm

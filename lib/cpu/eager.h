@@ -2,6 +2,10 @@
 // published kernels do; fp64 when the state is fp64, which makes it the reference computed another way); the
 // state is stored in `state_format` after every step (nearest-even or stochastic rounding), so a low-precision
 // state's rounding error enters every later update. With state_format = fp32 this is the usual fp32-state kernel.
+// The eager speculative baseline (scheme window > 0) is this decoder too: it keeps one state per draft position and
+// picks the accepted one, so the state it continues from is, value for value, the state eager decoding stores after
+// the same committed tokens, and its accepted outputs are eager decoding's. What it costs (T states written per
+// verify) is the traffic model's and the CUDA kernel's business; the emulation only carries the name.
 #pragma once
 
 #include "numeric/format.h"
@@ -19,7 +23,10 @@ class EagerDecoder : public Decoder {
   explicit EagerDecoder(Format state_format, Rounding rounding = Rounding::Nearest, uint64_t seed = 0,
                         Format out_format = Format::FP64);
   // The decoder of an eager scheme (its state format, rounding and output format).
-  EagerDecoder(const Scheme& s, uint64_t seed) : EagerDecoder(s.state_format, s.rounding, seed, s.out_format) {}
+  EagerDecoder(const Scheme& s, uint64_t seed) : EagerDecoder(s.state_format, s.rounding, seed, s.out_format) {
+    window_ = s.window;
+    acceptance_ = s.acceptance;
+  }
   Scheme scheme() const;
   std::string name() const override;
   void reset(const Model& model, int seqs) override;
@@ -38,6 +45,8 @@ class EagerDecoder : public Decoder {
   Rounding rnd_;
   Format out_fmt_;
   uint64_t seed_;
+  int window_ = 0;          // speculative baseline: verify window (name only, see above)
+  Acceptance acceptance_;
   Model model_;
   int seqs_ = 0;
   long long step_ = 0;

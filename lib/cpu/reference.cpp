@@ -56,6 +56,6 @@ void ReferenceDecoder::advance(const InputChunk& c, int s0, int n, double* y) {
   step_ += n;
 }
 
-std::vector<StateCopy> ReferenceDecoder::state() const { return {{"state", step_, state_.data(), state_.size()}}; }
+std::vector<StateCopy> ReferenceDecoder::state() const { return {{"state", step_, state_.data(), state_.size(), {}}}; }
 
 }  // namespace rssm

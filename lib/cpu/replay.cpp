@@ -1,6 +1,8 @@
 #include "cpu/replay.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <fmt/format.h>
 #include <vector>
 
@@ -52,6 +54,20 @@ ReplayDecoder::ReplayDecoder(const ReplayOptions& opt) : opt_(opt) {
   if (opt_.interval < 1) throw ConfigError(fmt::format("config key 'scheme.interval': must be >= 1 (got {})", opt_.interval));
   if (opt_.interval > kMaxInterval)
     throw ConfigError(fmt::format("config key 'scheme.interval': at most {} (got {})", kMaxInterval, opt_.interval));
+  if (opt_.window < 0 || opt_.window > kMaxSchemeWindow)
+    throw ConfigError(fmt::format("config key 'spec.window': 0..{} (got {})", kMaxSchemeWindow, opt_.window));
+  if (opt_.window > 0) {
+    // Speculative: buffer_len is L_hist, the ring's logical size (decoder/scheme.h spec_hist).
+    if (opt_.buffer_len == 0) opt_.buffer_len = opt_.interval + opt_.window;
+    if (opt_.buffer_len < opt_.interval + opt_.window)
+      throw ConfigError(fmt::format("config key 'scheme.buffer_len': a speculative ring of {} cannot hold an interval "
+                                    "({}) plus a window ({})",
+                                    opt_.buffer_len, opt_.interval, opt_.window));
+    if (opt_.buffer_len > kMaxInterval)
+      throw ConfigError(fmt::format("config key 'scheme.buffer_len': the CPU speculative ring holds at most {} entries "
+                                    "(got {})",
+                                    kMaxInterval, opt_.buffer_len));
+  }
   if (opt_.buffer_len == 0) opt_.buffer_len = opt_.interval;
   if (opt_.buffer_len < opt_.interval)
     throw ConfigError(fmt::format("config key 'scheme.buffer_len': {} is less than the interval {}", opt_.buffer_len,
@@ -81,6 +97,8 @@ ReplayOptions replay_options(const Scheme& s, uint64_t seed) {
   o.seed = seed;
   o.route = s.route;
   o.out_format = s.out_format;
+  o.window = s.window;
+  o.acceptance = s.acceptance;
   return o;
 }
 
@@ -98,6 +116,8 @@ Scheme replay_scheme(const ReplayOptions& o) {
   s.rounding = o.rounding;
   s.route = o.route;
   s.out_format = o.out_format;
+  s.window = o.window;
+  s.acceptance = o.acceptance;
   return s;
 }
 
@@ -107,8 +127,13 @@ void ReplayDecoder::reset(const Model& model, int seqs) {
   model_ = model;
   seqs_ = seqs;
   cap_ = opt_.buffer_len;
-  count_ = 0;
-  step_ = flushed_step_ = 0;
+  step_ = 0;
+  fill_.assign(seqs, 0);
+  flushed_step_.assign(seqs, 0);
+  flushes_.assign(seqs, 0);
+  flush_row_.assign(seqs, 0);
+  win_.assign(seqs, WindowCursor{});
+  if (opt_.window > 0) draw_ = AcceptanceDraw(opt_.acceptance, opt_.window, opt_.seed, model.spec_accepted);
   const long long elems = static_cast<long long>(seqs) * model.state_elems();
   const bool m2 = model.family == Family::Mamba2;
   const int row = m2 ? model.mamba2.N : model.gdn.K;
@@ -142,7 +167,11 @@ double* ReplayDecoder::buffer_values(int q, int j) {
 
 void ReplayDecoder::advance(const InputChunk& c, int s0, int n, double* y) {
   const size_t out = static_cast<size_t>(seqs_) * model_.out_elems();
+  const bool spec = opt_.window > 0;
   for (int s = s0; s < s0 + n; ++s) {
+    if (spec)
+      for (int q = 0; q < seqs_; ++q)
+        if (win_[q].at_window_start()) win_[q].begin(draw_, q);
     double* ys = y + static_cast<size_t>(s - s0) * out;
     if (model_.family == Family::Mamba2) {
       exact_ ? step_mamba2<double>(c, s, ys) : step_mamba2<float>(c, s, ys);
@@ -151,27 +180,63 @@ void ReplayDecoder::advance(const InputChunk& c, int s0, int n, double* y) {
     }
     if (opt_.out_format != Format::FP64) round_nearest_inplace(opt_.out_format, ys, out);
     ++step_;
-    if (++count_ == opt_.interval) {
-      if (model_.family == Family::Mamba2)
-        exact_ ? flush_mamba2<double>() : flush_mamba2<float>();
-      else
-        exact_ ? flush_gdn<double>() : flush_gdn<float>();
-      after_flush();
+    bool any = false;
+    for (int q = 0; q < seqs_; ++q) {
+      ++fill_[q];
+      if (!spec) {
+        flush_row_[q] = fill_[q] == opt_.interval;
+      } else {
+        WindowCursor& w = win_[q];
+        flush_row_[q] = 0;
+        if (++w.pos == w.committed) {  // the window ends: its rejected drafts are rolled back, maybe a flush
+          poison_rejected(q, opt_.window - w.committed);
+          flush_row_[q] = spec_flushes(fill_[q], opt_.interval, opt_.window, cap_);
+        }
+      }
+      any = any || flush_row_[q];
     }
+    if (any) flush_marked();
   }
 }
 
-void ReplayDecoder::after_flush() {
+void ReplayDecoder::flush_marked() {
+  if (model_.family == Family::Mamba2)
+    exact_ ? flush_mamba2<double>() : flush_mamba2<float>();
+  else
+    exact_ ? flush_gdn<double>() : flush_gdn<float>();
   // The new checkpoint is in update_; the dual read copy is refreshed from it (rounded once more, from the stored
   // update values, as a kernel writing both copies from registers holding the stored value would).
-  if (opt_.dual) read_.store_from(update_, 0, static_cast<long long>(update_.all().size()), step_);
-  count_ = 0;
-  flushed_step_ = step_;
+  const long long se = model_.state_elems();
+  for (int q = 0; q < seqs_; ++q) {
+    if (!flush_row_[q]) continue;
+    if (opt_.dual) read_.store_from(update_, q * se, se, step_);
+    fill_[q] = 0;
+    flushed_step_[q] = step_;
+    ++flushes_[q];
+    flush_row_[q] = 0;
+  }
+}
+
+void ReplayDecoder::poison_rejected(int q, int entries) {
+  const bool m2 = model_.family == Family::Mamba2;
+  const int heads = m2 ? model_.mamba2.H : model_.gdn.HV, width = m2 ? model_.mamba2.P : model_.gdn.V;
+  const int groups = m2 ? model_.mamba2.G : model_.gdn.HK, gwidth = m2 ? model_.mamba2.N : model_.gdn.K;
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (int e = fill_[q]; e < fill_[q] + entries && e < cap_; ++e) {
+    const size_t qe = static_cast<size_t>(q) * cap_ + e;
+    std::fill_n(bx_.begin() + qe * heads * width, static_cast<size_t>(heads) * width, nan);
+    std::fill_n(bB_.begin() + qe * groups * gwidth, static_cast<size_t>(groups) * gwidth, nan);
+    std::fill_n(delta_.begin() + qe * heads, heads, nan);
+    std::fill_n(lam_.begin() + qe * heads, heads, nan);
+  }
 }
 
 std::vector<StateCopy> ReplayDecoder::state() const {
-  std::vector<StateCopy> v = {{"checkpoint", flushed_step_, update_.all().data(), update_.all().size()}};
-  if (opt_.dual) v.push_back({"read", flushed_step_, read_.all().data(), read_.all().size()});
+  const long long last = seqs_ > 0 ? *std::max_element(flushed_step_.begin(), flushed_step_.end()) : 0;
+  std::vector<StateCopy> v = {{"checkpoint", last, update_.all().data(), update_.all().size(), {}}};
+  if (opt_.dual) v.push_back({"read", last, read_.all().data(), read_.all().size(), {}});
+  if (opt_.window > 0)
+    for (auto& c : v) c.row_step = flushed_step_;
   return v;
 }
 
@@ -181,7 +246,7 @@ std::vector<StateCopy> ReplayDecoder::state() const {
 template <class T>
 void ReplayDecoder::step_mamba2(const InputChunk& c, int s, double* y) {
   const auto& p = model_.mamba2;
-  const int H = p.H, P = p.P, N = p.N, G = p.G, hpg = p.heads_per_group(), L = cap_, j = count_;
+  const int H = p.H, P = p.P, N = p.N, G = p.G, hpg = p.heads_per_group(), L = cap_;
   const long long se = model_.state_elems();
   const CheckpointCopy& rd = opt_.dual ? read_ : update_;
   const Format bf = opt_.buffer_format;
@@ -190,6 +255,7 @@ void ReplayDecoder::step_mamba2(const InputChunk& c, int s, double* y) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int q = 0; q < seqs_; ++q)
     for (int g = 0; g < G; ++g) {
+      const int j = fill_[q];  // this token's entry
       const float* Bt = c.at(2, s, q) + static_cast<size_t>(g) * N;
       const float* Ct = c.at(3, s, q) + static_cast<size_t>(g) * N;
       double* Bj = bB_.data() + ((static_cast<size_t>(q) * L + j) * G + g) * N;
@@ -202,6 +268,7 @@ void ReplayDecoder::step_mamba2(const InputChunk& c, int s, double* y) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int q = 0; q < seqs_; ++q)
     for (int h = 0; h < H; ++h) {
+      const int j = fill_[q];
       const float* xt = c.at(0, s, q) + static_cast<size_t>(h) * P;
       const float* Ct = c.at(3, s, q) + static_cast<size_t>(h / hpg) * N;
       const size_t lh = static_cast<size_t>(q) * L * H + h;  // + e * H for entry e
@@ -239,13 +306,15 @@ void ReplayDecoder::step_mamba2(const InputChunk& c, int s, double* y) {
 template <class T>
 void ReplayDecoder::flush_mamba2() {
   const auto& p = model_.mamba2;
-  const int H = p.H, P = p.P, N = p.N, G = p.G, hpg = p.heads_per_group(), L = cap_, K = count_;
+  const int H = p.H, P = p.P, N = p.N, G = p.G, hpg = p.heads_per_group(), L = cap_;
   const long long se = model_.state_elems();
   const Arith fa = opt_.flush_arith;
   const long long step = step_;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int q = 0; q < seqs_; ++q)
     for (int h = 0; h < H; ++h) {
+      if (!flush_row_[q]) continue;
+      const int K = fill_[q];
       const size_t lh = static_cast<size_t>(q) * L * H + h;
       const T lamK = static_cast<T>(lam_[lh + static_cast<size_t>(K - 1) * H]);
       const T decay = std::exp(lamK);
@@ -268,7 +337,7 @@ void ReplayDecoder::flush_mamba2() {
 template <class T>
 void ReplayDecoder::step_gdn(const InputChunk& c, int s, double* y) {
   const auto& p = model_.gdn;
-  const int HK = p.HK, HV = p.HV, K = p.K, V = p.V, vpk = p.values_per_key(), L = cap_, j = count_;
+  const int HK = p.HK, HV = p.HV, K = p.K, V = p.V, vpk = p.values_per_key(), L = cap_;
   const long long se = model_.state_elems();
   const CheckpointCopy& rd = opt_.dual ? read_ : update_;
   const Format bf = opt_.buffer_format;
@@ -278,6 +347,7 @@ void ReplayDecoder::step_gdn(const InputChunk& c, int s, double* y) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int q = 0; q < seqs_; ++q)
     for (int hk = 0; hk < HK; ++hk) {
+      const int j = fill_[q];  // this token's entry
       const float* qi = c.at(0, s, q) + static_cast<size_t>(hk) * K;
       const float* ki = c.at(1, s, q) + static_cast<size_t>(hk) * K;
       T sq = 0, sk = 0;
@@ -307,6 +377,7 @@ void ReplayDecoder::step_gdn(const InputChunk& c, int s, double* y) {
 #pragma omp parallel for collapse(2) schedule(static)
   for (int q = 0; q < seqs_; ++q)
     for (int h = 0; h < HV; ++h) {
+      const int j = fill_[q];
       const int hk = h / vpk;
       const size_t lh = static_cast<size_t>(q) * L * HV + h;
       const T g = gdn_log_gate<T>(static_cast<T>(p.A_log[h]), static_cast<T>(c.at(3, s, q)[h]),
@@ -377,13 +448,15 @@ void ReplayDecoder::step_gdn(const InputChunk& c, int s, double* y) {
 template <class T>
 void ReplayDecoder::flush_gdn() {
   const auto& p = model_.gdn;
-  const int HK = p.HK, HV = p.HV, K = p.K, V = p.V, vpk = p.values_per_key(), L = cap_, E = count_;
+  const int HK = p.HK, HV = p.HV, K = p.K, V = p.V, vpk = p.values_per_key(), L = cap_;
   const long long se = model_.state_elems();
   const Arith fa = opt_.flush_arith;
   const long long step = step_;
 #pragma omp parallel for collapse(2) schedule(static)
   for (int q = 0; q < seqs_; ++q)
     for (int h = 0; h < HV; ++h) {
+      if (!flush_row_[q]) continue;
+      const int E = fill_[q];
       const int hk = h / vpk;
       const size_t lh = static_cast<size_t>(q) * L * HV + h;
       const T GK = static_cast<T>(lam_[lh + static_cast<size_t>(E - 1) * HV]);

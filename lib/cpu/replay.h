@@ -10,6 +10,14 @@
 //  - Λ / G are running fp32 sums of A·Δ / g over the buffer; weights are exp(Λ_t − Λ_j);
 //  - a flush happens right after the step that fills the buffer to `interval` entries, so the checkpoint after a
 //    flush at step t holds t + 1 folded tokens; the next step reads it through an empty buffer.
+// Speculative replay (window > 0, METHOD.md "Speculative decoding"): each row walks its own verify windows
+// (decoder/spec.h). A window's position s reads the checkpoint and the ring up to its own entry (the causal mask),
+// which is exactly a replay step at fill h + s, so the emulation computes the committed positions one trace step at
+// a time with per-row fills; no state is written for any draft. At a window's end the rejected drafts' entries are
+// written past the fill as NaN (any read of them would show in the outputs: rollback is only the fill not moving
+// over them), and the row flushes its committed entries when spec_flushes(h, interval, window, L_hist) says so
+// (h >= interval, or early when h + 2·window > L_hist). A verify kernel computes the same window in one launch from
+// the same checkpoint and entries (and defers that flush into the next launch: the same values).
 #pragma once
 
 #include "numeric/arith.h"
@@ -17,6 +25,7 @@
 #include "cpu/checkpoint.h"
 #include "decoder/decoder.h"
 #include "decoder/scheme.h"
+#include "decoder/spec.h"
 
 namespace rssm {
 
@@ -36,6 +45,8 @@ struct ReplayOptions {
   Rounding rounding = Rounding::Nearest;  // checkpoint stores
   uint64_t seed = 0;                      // stochastic rounding
   GdnRoute route = GdnRoute::Inner;
+  int window = 0;          // speculative verify windows (0: standard decoding)
+  Acceptance acceptance;   // speculative: tokens committed per window
   // Outputs are rounded to it (nearest-even) as a kernel storing y would; fp64 (the default of a decoder built
   // directly, in tests) keeps them as computed. Runs take it from scheme.out_format (default fp32).
   Format out_format = Format::FP64;
@@ -51,11 +62,15 @@ class ReplayDecoder : public Decoder {
   std::string name() const override;
   void reset(const Model& model, int seqs) override;
   void advance(const InputChunk& chunk, int s0, int n, double* y) override;
-  // "checkpoint" (the update copy) and, for dual decoders, "read"; both at the last flush.
+  // "checkpoint" (the update copy) and, for dual decoders, "read"; both at the last flush (speculative: each row at
+  // its own last flush, StateCopy::row_step).
   std::vector<StateCopy> state() const override;
 
   const ReplayOptions& options() const { return opt_; }
-  int buffered() const { return count_; }  // entries in the buffer now
+  int buffered(int q = 0) const { return fill_[q]; }  // entries in row q's buffer now
+  int flushes(int q = 0) const { return flushes_[q]; }  // flushes of row q so far
+  // Speculative: L_hist, the ring's logical size the early-flush rule reads.
+  int hist() const { return cap_; }
   // Test hook: the buffered x (Mamba-2) or u (GDN) of entry j of sequence q, [H, P] or [HV, V].
   double* buffer_values(int q, int j);
   // Test hook: the update copy.
@@ -70,12 +85,19 @@ class ReplayDecoder : public Decoder {
   void step_gdn(const InputChunk& c, int s, double* y);
   template <class T>
   void flush_gdn();
-  void after_flush();
+  void flush_marked();  // flushes the rows with flush_row_ set (every row at once in standard decoding)
+  void poison_rejected(int q, int entries);  // speculative: NaN entries past row q's fill
 
   ReplayOptions opt_;
   Model model_;
-  int seqs_ = 0, cap_ = 0, count_ = 0;
-  long long step_ = 0, flushed_step_ = 0;
+  int seqs_ = 0, cap_ = 0;
+  long long step_ = 0;
+  std::vector<int> fill_;                  // [seqs] entries in each row's buffer
+  std::vector<long long> flushed_step_;    // [seqs] tokens folded into each row's checkpoint
+  std::vector<int> flushes_;               // [seqs]
+  std::vector<char> flush_row_;            // [seqs] rows the next flush folds
+  std::vector<WindowCursor> win_;          // [seqs] speculative window schedule
+  AcceptanceDraw draw_;
   bool exact_ = false;  // arithmetic in double
   CheckpointCopy update_, read_;
   // Buffers, per sequence, entries 0..cap_-1 (the ring's live part; a flush resets the write position).

@@ -21,6 +21,9 @@ struct StateCopy {
   long long step = 0;           // number of trace steps folded into it
   const double* data = nullptr;  // [seqs, state_elems]
   size_t size = 0;               // seqs * state_elems
+  // Speculative decoders, whose rows flush at different steps: row q holds row_step[q] folded tokens (`step` is
+  // then the largest). Empty: every row holds `step`.
+  std::vector<long long> row_step;
   std::vector<double> to_vector() const { return {data, data + size}; }  // an owned copy (tests)
 };
 

@@ -43,6 +43,7 @@ std::string Scheme::label() const {
   if (dual()) l += "+" + format_name(read_format);
   if (replays()) l += fmt::format("-K{}", interval);
   if (rounding == Rounding::Stochastic) l += "-sr";
+  if (speculative()) l += fmt::format("-T{}", window);
   return backend == Backend::Cpu ? l : backend_name(backend) + ":" + l;
 }
 
@@ -54,15 +55,22 @@ std::string Scheme::decoder_name() const {
                      arith_name(dot_arith), arith_name(flush_arith), gdn_route_name(route));
   n += rounding == Rounding::Stochastic ? "-sr" : "-rn";
   n += "-out_" + format_name(out_format);
+  if (speculative())
+    n += replays() ? fmt::format("-spec_T{}_L{}_{}", window, spec_hist(), acceptance.text())
+                   : fmt::format("-spec_T{}_{}", window, acceptance.text());
   return n;
 }
 
 std::string Scheme::name() const { return decoder_name() + "-act_" + format_name(act_format); }
 
+std::string scheme_config_key(const std::string& key) {
+  return key == "window" || key == "acceptance" ? "spec." + key : "scheme." + key;
+}
+
 namespace {
 
 [[noreturn]] void bad_value(const std::string& key, const std::string& v, const std::string& what) {
-  throw ConfigError(fmt::format("config key 'scheme.{}': {} (got '{}')", key, what, v));
+  throw ConfigError(fmt::format("config key '{}': {} (got '{}')", scheme_config_key(key), what, v));
 }
 
 long long to_int(const std::string& key, const std::string& v, long long lo, long long hi) {
@@ -87,7 +95,7 @@ auto keyed(const std::string& key, Fn fn) -> decltype(fn()) {
   try {
     return fn();
   } catch (const ConfigError& e) {
-    throw ConfigError(fmt::format("config key 'scheme.{}': {}", key, e.what()));
+    throw ConfigError(fmt::format("config key '{}': {}", scheme_config_key(key), e.what()));
   }
 }
 
@@ -115,6 +123,8 @@ void apply(Scheme& s, const std::string& key, const std::string& v) {
   else if (key == "route") s.route = keyed(key, [&] { return parse_gdn_route(v); });
   else if (key == "interval") s.interval = static_cast<int>(to_int(key, v, 1, kMaxSchemeInterval));
   else if (key == "buffer_len") s.buffer_len = static_cast<int>(to_int(key, v, 0, kMaxSchemeBufferLen));
+  else if (key == "window") s.window = static_cast<int>(to_int(key, v, 0, kMaxSchemeWindow));
+  else if (key == "acceptance") s.acceptance = keyed(key, [&] { return parse_acceptance(v); });
   else throw InternalError("scheme key not known to parse_scheme: " + key);
 }
 

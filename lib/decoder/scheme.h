@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "decoder/spec.h"
 #include "numeric/arith.h"
 #include "numeric/format.h"
 
@@ -39,13 +40,23 @@ struct Scheme {
   int interval = 8;                       // replay/dual: flush every `interval` steps
   int buffer_len = 0;                     // replay/dual: ring capacity (0 = interval); memory and traffic only
   GdnRoute route = GdnRoute::Inner;       // GDN replay/dual
+  // Speculative decoding (decoder/spec.h), the [spec] section: verify windows of `window` positions (0 = standard
+  // decoding, one token per step) and how many tokens each window commits. Eager schemes become the eager
+  // speculative baseline (a state per draft), replay / dual schemes verify from the checkpoint plus the ring.
+  int window = 0;
+  Acceptance acceptance;
 
   bool replays() const { return decoder != DecoderKind::Eager; }
   bool dual() const { return decoder == DecoderKind::Dual; }
+  bool speculative() const { return window > 0; }
+  // Speculative replay: the ring's logical size L_hist (buffer_len, or interval + window when 0) that the early-flush
+  // rule reads.
+  int spec_hist() const { return buffer_len > 0 ? buffer_len : interval + window; }
 
   // Unique, stable name of the scheme: backend, decoder kind and every parameter that changes its outputs
-  // (buffer_len does not; act_format does, through the inputs). "cpu:replay-bf16-K8-buf_bf16-dot_fp32-flush_fp32-
-  // route_inner-rn-out_fp32-act_bf16". Decoders name themselves by decoder_name(), the same without act_format
+  // (buffer_len does not, except as a speculative ring's L_hist, which moves flushes; act_format does, through the
+  // inputs). "cpu:replay-bf16-K8-buf_bf16-dot_fp32-flush_fp32-route_inner-rn-out_fp32-act_bf16"; speculative schemes
+  // add "-spec_T4_prob:0.7" (replay: "-spec_T4_L20_prob:0.7"). Decoders name themselves by decoder_name(), the same without act_format
   // (a decoder never sees the activation rounding: the runner applies it).
   std::string name() const;
   std::string decoder_name() const;
@@ -63,6 +74,10 @@ struct Scheme {
 // buffer, a kernel's shared memory) are skip reasons of that backend's combination check, not config errors.
 constexpr long long kMaxSchemeInterval = 1 << 16;
 constexpr long long kMaxSchemeBufferLen = 1 << 20;
+constexpr long long kMaxSchemeWindow = 64;
+
+// The config key of a scheme parameter: "spec.window", "spec.acceptance", else "scheme.<key>".
+std::string scheme_config_key(const std::string& key);
 
 // Parses a sweep point's parameters (sweep key without "scheme." -> value). Keys not listed keep the defaults
 // above; an unknown key is an InternalError (the config table declares them). A bad value throws ConfigError

@@ -1,6 +1,7 @@
 #include "metrics/traffic.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fmt/format.h>
 #include <sstream>
 
@@ -108,8 +109,9 @@ Steps model_steps(const Geo& g, const TrafficParams& p) {
   if (s == "spec-eager" || s == "spec-replay") {
     check_positive("window", p.window);
     const int T = p.window;
-    const int k = p.accepted > 0 ? p.accepted : T;
-    if (k > T) throw ConfigError(fmt::format("traffic: accepted ({}) cannot exceed window ({})", k, T));
+    const double k = p.accepted > 0 ? p.accepted : T;
+    if (k > T || k < 1)
+      throw ConfigError(fmt::format("traffic: accepted ({}) must be in 1..window ({})", k, T));
     r.tokens = k;
     if (s == "spec-eager") {
       // One state read, one state written per draft position (the accepted one is picked afterwards).
@@ -121,19 +123,27 @@ Steps model_steps(const Geo& g, const TrafficParams& p) {
     const int K = p.interval;
     const int L = p.buffer_len > 0 ? p.buffer_len : K + T;
     if (L < T) throw ConfigError(fmt::format("traffic: buffer_len ({}) must hold one window ({})", L, T));
+    // Dual: windows read the read copy; the flush reads and writes the update copy and writes the read copy, and
+    // that window's outputs come from the fresh update values (no read-copy read).
+    Bytes read_copy = S;
+    if (p.read_bytes > 0) read_copy = state_pass(g, p, p.read_bytes);
     // Flush after a window once the committed entries reach the interval, or early when the next window might
-    // not fit (h + 2T > L, METHOD.md), whichever comes first; always after at least one window.
-    const int by_interval = (K + k - 1) / k;
-    const int by_capacity = L - 2 * T >= 0 ? (L - 2 * T) / k + 1 : 1;
+    // not fit (h + 2T > L, METHOD.md), whichever comes first; always after at least one window. With a mean of k
+    // tokens per window (not always an integer), the counts of windows are the fluid approximation.
+    const int by_interval = static_cast<int>(std::ceil(K / k - 1e-12));
+    const int by_capacity = L - 2 * T >= 0 ? static_cast<int>(std::floor((L - 2 * T) / k + 1e-12)) + 1 : 1;
     const int W = std::max(1, std::min(by_interval, by_capacity));
     // Window w (0-based) starts with h = w·k committed entries, reads them and its own T draft entries once
     // (drafts share one load: causal masking happens in registers), appends T entries, reads the checkpoint once
     // and writes no state.
-    const Bytes fixed = S + g.entry * T + g.inputs * T;
+    const Bytes stream = g.entry * T + g.inputs * T;
     const double entries_read_mean = k * (W - 1) / 2.0 + T;
-    r.nonflush = fixed + g.entry * entries_read_mean;
-    r.flush = fixed + g.entry * (k * (W - 1) + T) + S;
-    r.amortised = r.nonflush + S * (1.0 / W);
+    r.nonflush = read_copy + stream + g.entry * entries_read_mean;
+    r.flush = S * 2 + stream + g.entry * (k * (W - 1) + T);
+    if (p.read_bytes > 0) r.flush = r.flush + read_copy;
+    // W − 1 windows that do not flush (h = 0, k, .., (W − 2)·k before them) and the one that does.
+    r.amortised = ((read_copy + stream) * (W - 1) + g.entry * (k * (W - 1) * (W - 2) / 2.0 + T * (W - 1)) + r.flush) *
+                  (1.0 / W);
     r.per_flush = W;
     return r;
   }
@@ -229,6 +239,14 @@ TrafficParams traffic_params(const Scheme& s, int batch) {
     t.buffer_len = s.buffer_len;
   }
   if (s.dual()) t.read_bytes = format_bytes(s.read_format);
+  if (s.speculative()) {
+    t.scheme = s.replays() ? "spec-replay" : "spec-eager";
+    t.window = s.window;
+    t.buffer_len = s.replays() ? s.spec_hist() : 0;
+    // The trace's acceptance has no known mean: modelled as every draft accepted (tokens_per_step says so).
+    const double m = mean_committed(s.acceptance, s.window);
+    t.accepted = m > 0 ? m : 0;
+  }
   t.label = format_name(s.state_format) + (s.dual() ? "/" + format_name(s.read_format) : "");
   return t;
 }

@@ -16,7 +16,7 @@ namespace rssm {
 struct TrafficParams {
   std::string scheme = "eager";  // eager, replay, dual, spec-eager, spec-replay
   int state_bytes = 4;    // element of the state / checkpoint (dual: of the update copy)
-  int read_bytes = 0;     // dual only: element of the read copy (1-byte formats also pay the scale, see scale_bytes)
+  int read_bytes = 0;     // dual (and dual spec-replay): element of the read copy (1-byte formats also pay the scale)
   int act_bytes = 2;      // activation element (step inputs)
   int buffer_bytes = 2;   // buffered x, B (Mamba-2) or u, k (GDN); Δ and g stay fp32 (4 bytes)
   int interval = 8;       // checkpoint interval K (replay, dual, spec-replay)
@@ -24,7 +24,7 @@ struct TrafficParams {
   int window = 4;         // spec: draft tokens T per verify step
   int batch = 1;          // sequences
   // Additions (not in the list):
-  int accepted = 0;       // spec: drafts accepted per verify step (committed tokens); 0 = all `window`
+  double accepted = 0;    // spec: mean tokens committed per verify step (1..window); 0 = all `window`
   int scale_bytes = 4;    // every 1-byte state copy (fp8, int8) carries one scale of this size per (head, row);
                           // rows are N (Mamba-2) or K (GDN) long, so it adds scale_bytes/row_len per element
   std::string label;      // formats shown in traffic_table, e.g. "fp32/bf16"; empty: element bytes are shown

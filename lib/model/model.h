@@ -14,6 +14,10 @@ struct Model {
   Family family = Family::Mamba2;
   Mamba2Params mamba2;  // used when family == Mamba2
   GdnParams gdn;        // used when family == GDN
+  // Speculative decoding's recorded acceptance, when the trace stores one (/spec/accepted): per sequence, the tokens
+  // each successive verify window committed [seqs][windows]. Empty otherwise. Not a layer parameter, but it travels
+  // with the trace's layer to the decoders, which only see the Model.
+  std::vector<std::vector<int>> spec_accepted;
 
   // Inputs of one step, in the order traces store them.
   // Mamba-2: x [H,P], dt [H], B [G,N], C [G,N], z [H,P] (optional, present when has_z)

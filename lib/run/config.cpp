@@ -112,6 +112,16 @@ const std::vector<KeyDef>& config_keys() {
        "where the decoder runs: cpu (the emulation) or cuda (a kernel; skipped with the reason when this build or "
        "machine has none); points differing only in backend share a batch and store their difference",
        true},
+      {"spec.window", "0",
+       "speculative decoding: verify windows of this many positions per row (the last produced token and window - 1 "
+       "drafts; 0 = standard decoding, 1..64); eager becomes the eager speculative baseline (a state per draft), "
+       "replay/dual verify from the checkpoint plus the ring, whose L_hist is scheme.buffer_len (0 = interval + "
+       "window)",
+       true},
+      {"spec.acceptance", "prob:0.7",
+       "speculative decoding: tokens each window commits: all, fixed:N, prob:P (each draft accepted with probability "
+       "P until the first rejection, drawn per sequence from run.seed) or trace (the trace's /spec/accepted)",
+       true},
   };
   return keys;
 }

@@ -16,6 +16,9 @@ std::string cpu_unavailable_reason(const Scheme& s) {
     return fmt::format("the CPU replay decoders keep per-entry weights on the stack, at most {} entries: interval {} "
                        "is more",
                        kMaxInterval, s.interval);
+  if (s.replays() && s.speculative() && s.spec_hist() > kMaxInterval)
+    return fmt::format("the CPU speculative ring holds at most {} entries: L_hist {} is more", kMaxInterval,
+                       s.spec_hist());
   return "";
 }
 

@@ -50,6 +50,7 @@ bool run_lockstep(const LockstepSettings& st, TraceSource& src, std::vector<Lock
 
   InputChunk in;
   std::vector<double> y_ref;
+  std::vector<double> fresh_s, fresh_r;  // rows of a speculative decoder's state copy that have just flushed
   for (long long s0 = 0; s0 < st.steps; s0 += st.chunk) {
     const int n = static_cast<int>(std::min<long long>(st.chunk, st.steps - s0));
     if (src_mutex) {
@@ -105,14 +106,36 @@ bool run_lockstep(const LockstepSettings& st, TraceSource& src, std::vector<Lock
       if (st.state_err)
         for (auto& a : runs) {
           if (tokens % a.observe_every != 0) continue;
-          a.obs_step.push_back(tokens);
+          bool pushed = false;
           for (const auto& copy : a.dec->state()) {
-            if (copy.step != tokens) throw InternalError(fmt::format("{}: {} copy at step {}, expected {}", a.dec->name(),
-                                                                     copy.name, copy.step, tokens));
             if (copy.size != ref.raw_state().size())
               throw InternalError(fmt::format("{}: {} copy holds {} values, expected {}", a.dec->name(), copy.name,
                                               copy.size, ref.raw_state().size()));
-            const StateErrorStats se = state_error(model, bands, copy.data, ref.raw_state().data(), seqs);
+            const double* S = copy.data;
+            const double* R = ref.raw_state().data();
+            int rows = seqs;
+            if (!copy.row_step.empty()) {
+              // Rows at their own flushes: only those that hold exactly `tokens` are compared now.
+              const size_t se = static_cast<size_t>(model.state_elems());
+              fresh_s.clear();
+              fresh_r.clear();
+              rows = 0;
+              for (int q = 0; q < seqs; ++q)
+                if (copy.row_step[static_cast<size_t>(q)] == tokens) {
+                  fresh_s.insert(fresh_s.end(), S + q * se, S + (q + 1) * se);
+                  fresh_r.insert(fresh_r.end(), R + q * se, R + (q + 1) * se);
+                  ++rows;
+                }
+              if (rows == 0) continue;
+              S = fresh_s.data();
+              R = fresh_r.data();
+            } else if (copy.step != tokens) {
+              throw InternalError(fmt::format("{}: {} copy at step {}, expected {}", a.dec->name(), copy.name,
+                                              copy.step, tokens));
+            }
+            if (!pushed) a.obs_step.push_back(tokens);
+            pushed = true;
+            const StateErrorStats se = state_error(model, bands, S, R, rows);
             const std::string base = "state_rel_err_" + copy.name;
             push_series(a.state_series, base, se.rel_mean);
             for (size_t bi = 0; bi < bands.names.size(); ++bi)

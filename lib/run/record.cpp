@@ -134,7 +134,11 @@ RunRecord make_run_record(const RecordContext& pl, const RunSpec& s, LockstepRun
   }
   const Traffic tr = traffic(pl.model, traffic_params(s.scheme, pl.seqs));
   sm.emplace_back("bytes_per_step", tr.batch_amortised);
-  sm.emplace_back("bytes_vs_eager_fp32", tr.batch_amortised / pl.eager_fp32_bytes);
+  // Per committed token, so speculative schemes (a step = one verify of `window` positions) compare with standard
+  // decoding (one token a step) on equal terms.
+  sm.emplace_back("tokens_per_step", tr.tokens_per_step);
+  sm.emplace_back("bytes_per_token", tr.batch_amortised / tr.tokens_per_step);
+  sm.emplace_back("bytes_vs_eager_fp32", tr.batch_amortised / tr.tokens_per_step / pl.eager_fp32_bytes);
   r.attrs.emplace_back("bytes_per_step", tr.batch_amortised);
   // The traffic model in full (bytes per decode step of one layer; metrics/traffic.h, docs/metrics.md).
   r.attrs.emplace_back("traffic_per_head_nonflush", tr.per_head_nonflush);

@@ -68,7 +68,9 @@ bool run_batch(const Plan& pl, const Batch& b, TraceSource& src, std::mutex& h5_
     LockstepRun a;
     a.dec = make_decoder(s->scheme, pl.model.family, pl.seed);
     a.dec->reset(pl.model, pl.seqs);
-    a.observe_every = s->scheme.replays() ? s->scheme.interval : pl.state_every;
+    // Speculative replay rows flush at steps of their own: every step is looked at, and the rows that have just
+    // flushed are compared (StateCopy::row_step).
+    a.observe_every = s->scheme.replays() ? (s->scheme.speculative() ? 1 : s->scheme.interval) : pl.state_every;
     a.out_format = s->scheme.out_format;
     runs.push_back(std::move(a));
   }

@@ -53,6 +53,14 @@ std::string combination_problem(const Scheme& s, Family family) {
       return fmt::format("the dual read copy ({}) must be narrower than the update copy ({})", format_name(rf),
                          format_name(sf));
   }
+  if (s.speculative()) {
+    if (s.acceptance.kind == Acceptance::Kind::Fixed && s.acceptance.fixed > s.window)
+      return fmt::format("spec.acceptance {} commits more tokens than a window of {} holds", s.acceptance.text(),
+                         s.window);
+    if (s.replays() && s.buffer_len != 0 && s.buffer_len < s.interval + s.window)
+      return fmt::format("a speculative ring of buffer_len {} cannot hold an interval ({}) plus a window ({})",
+                         s.buffer_len, s.interval, s.window);
+  }
   if (s.rounding == Rounding::Stochastic && s.decoder == DecoderKind::Eager && sf == Format::FP64)
     return "stochastic rounding of an fp64 state does nothing";
   return backend_unavailable_reason(s, family);
@@ -80,7 +88,7 @@ std::vector<RunSpec> expand_sweep(const Config& cfg, Family family) {
   std::string sizes;
   for (const auto& [name, vals] : axes) {
     points *= static_cast<long long>(vals.size());
-    if (vals.size() > 1) sizes += fmt::format("{}scheme.{} ({})", sizes.empty() ? "" : " x ", name, vals.size());
+    if (vals.size() > 1) sizes += fmt::format("{}{} ({})", sizes.empty() ? "" : " x ", scheme_config_key(name), vals.size());
     if (points > kMaxSweepPoints)
       throw ConfigError(fmt::format("the sweep {} has more than {} points: shorten these lists", sizes, kMaxSweepPoints));
   }
@@ -103,6 +111,9 @@ std::vector<RunSpec> expand_sweep(const Config& cfg, Family family) {
             s.skip_reason = fmt::format("{} does not apply to {}{} (only its first value runs)", u.key, dec,
                                         u.gdn_only && family != Family::GDN ? " on Mamba-2" : "");
         }
+    for (size_t a = 0; a < axes.size() && s.skip_reason.empty(); ++a)
+      if (axes[a].first == "acceptance" && idx[a] != 0 && !s.scheme.speculative())
+        s.skip_reason = "spec.acceptance does not apply without spec.window (only its first value runs)";
     if (s.skip_reason.empty()) s.skip_reason = combination_problem(s.scheme, family);
     out.push_back(std::move(s));
     size_t a = axes.size();

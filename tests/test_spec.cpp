@@ -1,0 +1,343 @@
+// Speculative decoding on the CPU (decoder/spec.h, cpu/replay.h with window > 0): the acceptance models, verify
+// windows against standard replay and the fp64 reference, per-row early flushes and rollback, the eager baseline,
+// and the [spec] config keys. A corrupted committed ring entry must break the match (the checks have teeth).
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+
+#include "cpu/eager.h"
+#include "cpu/reference.h"
+#include "cpu/replay.h"
+#include "errors.h"
+#include "metrics/tolerance.h"
+#include "metrics/traffic.h"
+#include "run/factory.h"
+#include "run/sweep.h"
+#include "test_util.h"
+#include "trace/synth.h"
+
+using namespace rssm;
+using Catch::Matchers::Contains;
+
+namespace {
+
+SynthConfig small(Family f, long long steps, int seqs, uint64_t seed) {
+  SynthConfig sc;
+  sc.model.family = f;
+  if (f == Family::Mamba2) {
+    sc.model.mamba2.H = 8, sc.model.mamba2.P = 8, sc.model.mamba2.N = 16, sc.model.mamba2.G = 2;
+    sc.model.mamba2.has_z = true;
+  } else {
+    sc.model.gdn.HK = 2, sc.model.gdn.HV = 4, sc.model.gdn.K = 16, sc.model.gdn.V = 8;
+  }
+  sc.steps = steps;
+  sc.seqs = seqs;
+  sc.seed = seed;
+  sc.slow_head_frac = 0.25;
+  return sc;
+}
+
+// Runs d over the first `steps` steps in chunks; per-step hook after each chunk piece of one step when step_hook set.
+std::vector<double> run(Decoder& d, TraceSource& src, long long steps, int chunk = 13) {
+  d.reset(src.model(), src.seqs());
+  const size_t per = static_cast<size_t>(src.seqs()) * src.model().out_elems();
+  std::vector<double> y(static_cast<size_t>(steps) * per);
+  InputChunk c;
+  for (long long s0 = 0; s0 < steps; s0 += chunk) {
+    const int n = static_cast<int>(std::min<long long>(chunk, steps - s0));
+    src.read(s0, n, c);
+    d.advance(c, 0, n, y.data() + s0 * per);
+  }
+  return y;
+}
+
+ReplayOptions fp32_opts(int interval, int window, const std::string& acceptance) {
+  ReplayOptions o;
+  o.interval = interval;
+  o.window = window;
+  o.acceptance = parse_acceptance(acceptance);
+  o.seed = 11;
+  o.out_format = Format::FP32;
+  // The synthetic inputs here are not rounded to an activation format, so a bf16 buffer would round them a second
+  // time (a bf16 error, judged by bf16's bound): an fp32 buffer keeps these schemes judged by fp32's.
+  o.buffer_format = Format::FP32;
+  return o;
+}
+
+ReplayOptions exact(ReplayOptions o) {
+  o.update_format = o.buffer_format = Format::FP64;
+  o.dot_arith = o.flush_arith = Arith::FP64;
+  o.out_format = Format::FP64;
+  return o;
+}
+
+// Per-step relative error (max norm over the step's outputs of all rows) of y against the reference.
+std::vector<double> step_errors(const std::vector<double>& y, const std::vector<double>& ref, size_t per) {
+  std::vector<double> e(y.size() / per);
+  for (size_t s = 0; s < e.size(); ++s) e[s] = test::max_rel(y.data() + s * per, ref.data() + s * per, per);
+  return e;
+}
+
+double mean_of(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m += x / static_cast<double>(v.size());
+  return m;
+}
+
+double max_of(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = test::max_keep_nan(m, x);
+  return m;
+}
+
+}  // namespace
+
+TEST_CASE("acceptance models parse, draw reproducibly and reject bad text", "[spec]") {
+  CHECK(parse_acceptance("all").kind == Acceptance::Kind::All);
+  CHECK(parse_acceptance("fixed:3").fixed == 3);
+  CHECK(parse_acceptance("prob:0.25").p == 0.25);
+  CHECK(parse_acceptance("trace").kind == Acceptance::Kind::Trace);
+  for (const char* bad : {"", "some", "fixed:0", "fixed:x", "prob:1.5", "prob:-0.1", "prob:", "prob:0.5x"})
+    CHECK_THROWS_AS(parse_acceptance(bad), ConfigError);
+  CHECK(parse_acceptance("prob:0.7").text() == "prob:0.7");
+  CHECK(mean_committed(parse_acceptance("prob:0.5"), 3) == 1.75);
+  CHECK(mean_committed(parse_acceptance("all"), 4) == 4);
+
+  const AcceptanceDraw d(parse_acceptance("prob:0.7"), 4, 5);
+  const AcceptanceDraw same(parse_acceptance("prob:0.7"), 4, 5), other(parse_acceptance("prob:0.7"), 4, 6);
+  double sum = 0;
+  int differ = 0;
+  const int windows = 20000;
+  for (int w = 0; w < windows; ++w) {
+    const int t = d.tokens(w % 3, w / 3);
+    REQUIRE(t >= 1);
+    REQUIRE(t <= 4);
+    REQUIRE(t == same.tokens(w % 3, w / 3));
+    differ += t != other.tokens(w % 3, w / 3);
+    sum += t;
+  }
+  CHECK(differ > windows / 4);  // the seed matters
+  // Mean 1 + p + p² + p³ = 2.533; the standard error over 20000 windows is about 0.008.
+  CHECK(std::fabs(sum / windows - mean_committed(parse_acceptance("prob:0.7"), 4)) < 0.04);
+
+  const AcceptanceDraw tr(parse_acceptance("trace"), 4, 0, {{2, 4, 1}});
+  CHECK(tr.tokens(0, 1) == 4);
+  CHECK_THROWS_WITH(tr.tokens(0, 3), Contains("/spec/accepted"));
+  CHECK_THROWS_WITH(tr.tokens(1, 0), Contains("/spec/accepted"));
+}
+
+TEST_CASE("[spec] keys: parsed into the scheme, named in errors, bad combinations skipped", "[spec]") {
+  Scheme s = parse_scheme({{"decoder", "replay"}, {"interval", "8"}, {"window", "4"}, {"acceptance", "fixed:3"}});
+  CHECK(s.speculative());
+  CHECK(s.spec_hist() == 12);
+  CHECK_THAT(s.name(), Contains("spec_T4_L12_fixed:3"));
+  CHECK_THAT(s.label(), Contains("-T4"));
+  CHECK_THROWS_WITH(parse_scheme({{"window", "-1"}}), Contains("config key 'spec.window'"));
+  CHECK_THROWS_WITH(parse_scheme({{"acceptance", "maybe"}}), Contains("config key 'spec.acceptance'"));
+  CHECK_THROWS_WITH(parse_scheme({{"window", "65"}}), Contains("spec.window"));
+
+  Config cfg;
+  cfg.set("scheme.decoder=eager, replay");
+  cfg.set("scheme.buffer_len=0, 10");
+  cfg.set("spec.window=0, 4");
+  cfg.set("spec.acceptance=prob:0.7, fixed:5");
+  const auto runs = expand_sweep(cfg, Family::Mamba2);
+  int ran = 0;
+  bool fixed_too_many = false, ring_too_small = false, acceptance_unused = false;
+  for (const auto& r : runs) {
+    ran += r.skip_reason.empty();
+    fixed_too_many = fixed_too_many || r.skip_reason.find("commits more tokens") != std::string::npos;
+    ring_too_small = ring_too_small || r.skip_reason.find("cannot hold an interval") != std::string::npos;
+    acceptance_unused = acceptance_unused || r.skip_reason.find("spec.acceptance does not apply") != std::string::npos;
+  }
+  CHECK(fixed_too_many);
+  CHECK(ring_too_small);
+  CHECK(acceptance_unused);
+  CHECK(ran > 0);
+}
+
+TEST_CASE("speculative replay with every draft accepted and aligned flushes equals standard replay bit for bit",
+          "[spec]") {
+  // interval 8, window 4, L_hist 12: windows of 4 land the fill on 4 then 8 (the interval): the flushes coincide.
+  for (Family fam : {Family::Mamba2, Family::GDN}) {
+    SynthSource src(small(fam, 70, 2, 3));
+    ReplayOptions std_opt = fp32_opts(8, 0, "all");
+    ReplayDecoder standard(std_opt), spec(fp32_opts(8, 4, "all"));
+    const auto a = run(standard, src, 70), b = run(spec, src, 70);
+    CHECK(a == b);
+    CHECK(spec.flushes(0) == standard.flushes(0));
+  }
+}
+
+TEST_CASE("speculative verify outputs equal standard replay of the same tokens within the fp32 budget, at every fill "
+          "level up to the early-flush edge",
+          "[spec]") {
+  const long long steps = 300;
+  for (Family fam : {Family::Mamba2, Family::GDN})
+    for (GdnRoute route : {GdnRoute::Inner, GdnRoute::Reconstruct}) {
+      if (fam == Family::Mamba2 && route == GdnRoute::Reconstruct) continue;
+      for (int T : {1, 2, 4, 6}) {
+        CAPTURE(family_name(fam), gdn_route_name(route), T);
+        SynthSource src(small(fam, steps, 3, 7));
+        const size_t per = static_cast<size_t>(src.seqs()) * src.model().out_elems();
+        ReplayOptions so = fp32_opts(8, T, "prob:0.7");
+        so.route = route;
+        ReplayOptions st = fp32_opts(8, 0, "all");
+        st.route = route;
+        ReplayDecoder spec(so), standard(st);
+        ReferenceDecoder ref;
+        const auto ys = run(spec, src, steps), yt = run(standard, src, steps), yr = run(ref, src, steps);
+        const Tolerance tol = output_tolerance(Format::FP32);
+        const auto vs_std = step_errors(ys, yt, per), vs_ref = step_errors(ys, yr, per);
+        CHECK(mean_of(vs_std) < tol.rel_mean);
+        CHECK(max_of(vs_std) < tol.rel_max);
+        CHECK(mean_of(vs_ref) < tol.rel_mean);
+        CHECK(max_of(vs_ref) < tol.rel_max);
+        if (T > 1) CHECK(spec.flushes(0) != standard.flushes(0));  // the schedules really differ
+      }
+    }
+}
+
+TEST_CASE("fp64 speculative replay and the eager baseline equal the fp64 reference to 1e-12", "[spec]") {
+  for (Family fam : {Family::Mamba2, Family::GDN}) {
+    SynthSource src(small(fam, 120, 3, 5));
+    ReferenceDecoder ref;
+    const auto yr = run(ref, src, 120);
+    for (int T : {2, 4, 8}) {
+      ReplayDecoder spec(exact(fp32_opts(4, T, "prob:0.6")));
+      CHECK(test::max_rel(run(spec, src, 120), yr) < 1e-12);
+      Scheme e;
+      e.state_format = Format::FP64;
+      e.out_format = Format::FP64;
+      e.window = T;
+      auto eager = make_decoder(e, fam, 1);
+      CHECK(test::max_rel(run(*eager, src, 120), yr) < 1e-12);
+    }
+  }
+}
+
+TEST_CASE("the eager speculative baseline's accepted outputs are eager decoding's, bit for bit", "[spec]") {
+  for (Family fam : {Family::Mamba2, Family::GDN}) {
+    SynthSource src(small(fam, 60, 2, 9));
+    Scheme e;
+    e.state_format = Format::BF16;
+    auto plain = make_decoder(e, fam, 1);
+    e.window = 4;
+    auto spec = make_decoder(e, fam, 1);
+    CHECK(run(*plain, src, 60) == run(*spec, src, 60));
+    CHECK(plain->name() != spec->name());
+  }
+}
+
+TEST_CASE("rows flush at their own fill levels, early when the next window might not fit", "[spec]") {
+  // fixed:3 with interval 8, window 4, L_hist 12: fills 3, 6; 6 + 8 > 12, so every row flushes early at 6 tokens.
+  SynthSource src(small(Family::Mamba2, 60, 2, 3));
+  ReplayDecoder fixed3(fp32_opts(8, 4, "fixed:3"));
+  run(fixed3, src, 60);
+  CHECK(fixed3.flushes(0) == 10);
+  // The same with a larger ring (L_hist 20): 6 + 8 <= 20, 9 >= 8: flushes at 9 tokens.
+  ReplayOptions wide = fp32_opts(8, 4, "fixed:3");
+  wide.buffer_len = 20;
+  ReplayDecoder wide3(wide);
+  run(wide3, src, 60);
+  CHECK(wide3.flushes(0) == 6);
+  // Random acceptance: rows end up at different fill levels and flush counts.
+  SynthSource many(small(Family::GDN, 200, 6, 3));
+  ReplayDecoder rnd(fp32_opts(16, 4, "prob:0.5"));
+  run(rnd, many, 157);
+  std::vector<int> fills;
+  for (int q = 0; q < 6; ++q) fills.push_back(rnd.buffered(q));
+  std::sort(fills.begin(), fills.end());
+  CHECK(std::unique(fills.begin(), fills.end()) - fills.begin() > 1);
+  CHECK(fills.back() <= rnd.hist());
+}
+
+TEST_CASE("a 2000-step speculative run stays within the fp32 budget, and every committed checkpoint matches the fp64 "
+          "state at the same folded-token count",
+          "[spec]") {
+  for (Family fam : {Family::Mamba2, Family::GDN}) {
+    CAPTURE(family_name(fam));
+    const long long steps = 2000;
+    SynthSource src(small(fam, steps, 3, 21));
+    const Model& m = src.model();
+    const int seqs = src.seqs();
+    const size_t per = static_cast<size_t>(seqs) * m.out_elems(), se = static_cast<size_t>(m.state_elems());
+    ReplayDecoder spec(fp32_opts(16, 4, "prob:0.7"));
+    ReferenceDecoder ref;
+    spec.reset(m, seqs);
+    ref.reset(m, seqs);
+    std::vector<double> y(per), yr(per);
+    std::vector<double> errs;
+    InputChunk c;
+    long long compared = 0;
+    double worst_state = 0;
+    for (long long s = 0; s < steps; ++s) {
+      src.read(s, 1, c);
+      spec.advance(c, 0, 1, y.data());
+      ref.advance(c, 0, 1, yr.data());
+      errs.push_back(test::max_rel(y, yr));
+      for (const auto& copy : spec.state()) {
+        REQUIRE(copy.row_step.size() == static_cast<size_t>(seqs));
+        for (int q = 0; q < seqs; ++q)
+          if (copy.row_step[q] == s + 1) {  // row q flushed at this step: its checkpoint holds s + 1 tokens
+            worst_state = test::max_keep_nan(
+                worst_state, test::rel_rms(copy.data + q * se, ref.raw_state().data() + q * se, se));
+            ++compared;
+          }
+      }
+    }
+    const Tolerance tol = output_tolerance(Format::FP32);
+    CHECK(mean_of(errs) < tol.rel_mean);
+    CHECK(max_of(errs) < tol.rel_max);
+    CHECK(compared > 3 * 2000 / 16);  // every row flushed at least every interval
+    // fp32 checkpoint against fp64 after up to 2000 folded tokens: rounding level (measured ~1e-6).
+    CHECK(worst_state < 1e-4);
+  }
+}
+
+TEST_CASE("speculative replay: a corrupted committed ring entry breaks the match, rejected entries are never read",
+          "[spec]") {
+  for (Family fam : {Family::Mamba2, Family::GDN}) {
+    SynthSource src(small(fam, 40, 2, 3));
+    const size_t per = static_cast<size_t>(src.seqs()) * src.model().out_elems();
+    ReplayDecoder a(fp32_opts(16, 4, "prob:0.6")), b(fp32_opts(16, 4, "prob:0.6"));
+    a.reset(src.model(), src.seqs());
+    b.reset(src.model(), src.seqs());
+    InputChunk c;
+    src.read(0, 40, c);
+    std::vector<double> ya(10 * per), yb(10 * per);
+    a.advance(c, 0, 10, ya.data());
+    b.advance(c, 0, 10, yb.data());
+    REQUIRE(ya == yb);
+    // Rejected drafts' entries past the fill hold NaN; outputs stay finite, so nothing read them.
+    for (double v : ya) REQUIRE(std::isfinite(v));
+    REQUIRE(b.buffered(0) > 0);
+    b.buffer_values(0, b.buffered(0) - 1)[0] += 1.0;  // the last committed entry of row 0
+    a.advance(c, 10, 1, ya.data());
+    b.advance(c, 10, 1, yb.data());
+    CHECK(test::max_rel(yb.data(), ya.data(), per) > 1e-6);
+  }
+}
+
+TEST_CASE("speculative traffic: per committed token, replay verify beats the eager baseline", "[spec]") {
+  const Model m = model_preset("nemotron3-super-120b");
+  Scheme e;
+  e.window = 4;
+  e.acceptance = parse_acceptance("prob:0.7");
+  const TrafficParams pe = traffic_params(e, 256);
+  CHECK(pe.scheme == "spec-eager");
+  CHECK(pe.accepted == Approx(mean_committed(e.acceptance, 4)));
+  Scheme r = e;
+  r.decoder = DecoderKind::Replay;
+  r.interval = 16;
+  const Traffic te = traffic(m, pe), tr = traffic(m, traffic_params(r, 256));
+  CHECK(tr.tokens_per_step == te.tokens_per_step);
+  // Modelled: 3.9x fewer bytes per verify at this geometry (the published kernels measure 4.2x).
+  CHECK(tr.batch_amortised < te.batch_amortised / 3.5);
+  Scheme d = r;
+  d.decoder = DecoderKind::Dual;
+  d.read_format = Format::BF16;
+  const Traffic td = traffic(m, traffic_params(d, 256));
+  CHECK(td.batch_nonflush < tr.batch_nonflush);  // windows read the bf16 copy
+  CHECK(td.batch_flush > tr.batch_flush);        // the flush also writes it
+}
