@@ -106,4 +106,51 @@ void gdn_replay_step(const GdnReplayLaunch& launch, cudaStream_t stream);
 // would leave SMs idle. Exposed for the tests and the benchmark's labels.
 int gdn_v_tiles(const GdnDims& dims, int batch, Format state_format);
 
+// ---- Speculative decoding (issue 12). Window, ring and draft conventions: common/spec_kernels.h. ----
+// Both verify launches take `window` (T) positions per row: step.batch = rows, d_slot [batch], and every input and
+// output row is a position: position s of row r is input row r·T + s (q, k, v, a, b, o and their strides per
+// position row). Padded rows (slot < 0) read and write nothing. The commit (spec_commit) runs after the verify.
+
+// Replay verify, inner-product route only. Per row: h = d_fill[slot]; if spec_flushes(h, interval, T, hist) the h
+// committed entries are first folded into the checkpoint (the deferred flush: fp32 order of gdn_replay_step's flush;
+// a dual checkpoint writes both copies) and the window's G restarts at 0. Then the T positions are solved from the
+// checkpoint (read once for the whole window) plus the ring: u_s depends on u_j (j < s) through the strictly
+// lower-triangular T×T system, solved by forward substitution per state row; o_s reads the ring up to its own
+// position. Position s appends (u_s, bf16 k_s, G_s) at ring index (base + h + s) & (capacity − 1) (entry h + s,
+// or entry s of the new checkpoint after a flush). No per-draft state is written; d_fill, d_base are only read.
+// Ring as GdnReplayLaunch's, but circular: [pool, capacity, ...] with entry e at (d_base[slot] + e) & (capacity − 1);
+// d_ring_G holds G relative to the current checkpoint. A dual window reads the read copy (after a flush: the
+// update copy's values rounded to the read format, which is what the launch writes there).
+struct GdnVerifyLaunch {
+  GdnStepArgs step;  // batch = rows; inputs and outputs [batch·window, ...]
+  int window = 4;    // T, 1 .. kMaxSpecWindow
+  int interval = 16;
+  int hist = 20;      // L_hist, >= interval + window
+  int capacity = 32;  // ring entries per slot: a power of two >= hist
+  Format ckpt_format = Format::FP32;
+  void* d_ckpt = nullptr;  // [pool, HV, V, K]
+  bool dual = false;
+  Format read_format = Format::BF16;
+  void* d_read = nullptr;          // [pool, HV, V, K] (dual only)
+  uint16_t* d_ring_u = nullptr;    // [pool, capacity, HV, V] bf16 bits
+  uint16_t* d_ring_k = nullptr;    // [pool, capacity, HK, K] bf16 bits
+  float* d_ring_G = nullptr;       // [pool, capacity, HV]
+  const int32_t* d_fill = nullptr;  // [pool] committed entries
+  const int32_t* d_base = nullptr;  // [pool] ring index of entry 0
+};
+
+// Eager speculative baseline: draft states [pool, window, HV, V, K] in state_format (FP32, BF16 or FP16). Per row the
+// state is draft d_cur[slot]; position s computes o_s and writes the state after it into draft s (draft d_cur is
+// read before it is overwritten: each state row is read, then written, by the same threads).
+struct GdnEagerVerifyLaunch {
+  GdnStepArgs step;  // batch = rows; inputs and outputs [batch·window, ...]
+  int window = 4;
+  Format state_format = Format::FP32;
+  void* d_state = nullptr;         // [pool, window, HV, V, K]
+  const int32_t* d_cur = nullptr;  // [pool] draft holding the current state, 0 .. window − 1
+};
+
+void gdn_verify(const GdnVerifyLaunch& launch, cudaStream_t stream);
+void gdn_eager_verify(const GdnEagerVerifyLaunch& launch, cudaStream_t stream);
+
 }  // namespace rssm
