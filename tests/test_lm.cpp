@@ -12,6 +12,7 @@
 #include "cpu/reference.h"
 #include "errors.h"
 #include "io/h5.h"
+#include "io/results.h"
 #include "lm/forward.h"
 #include "lm/next_byte.h"
 #include "lm/sha256.h"
@@ -245,4 +246,55 @@ TEST_CASE("lm: bad model files get one clear error naming the file and the datas
   CHECK_THROWS_WITH(load_lm_weights(wrong_attr), Contains("'layers/00/in_proj' has shape [48, 24], expected [52, 24]"));
   const auto trace = std::string(REPLAYSSM_SOURCE_DIR) + "/data/tiny_hybrid/tiny_hybrid_layer00_mamba2.h5";
   CHECK_THROWS_WITH(load_lm_weights(trace), Contains("not a replayssm-lm weights file"));
+}
+
+TEST_CASE("lm: replayssm run with [model] writes per-step KL, bits per byte and the weights' hash", "[lm][cli]") {
+  TempDir dir;
+  const std::string cfg = dir / "lm.ini";
+  write_text(cfg, "[run]\noutput = " + (dir / "lm.h5") + "\nthreads = 1\n[model]\nweights = " + kTiny +
+                      "\ntext = " + std::string(REPLAYSSM_SOURCE_DIR) +
+                      "/data/tiny_hybrid/heldout.txt\nseqs = 2\nsteps = 80\n"
+                      "[scheme]\ndecoder = eager, dual\nstate_format = fp32, bf16\nread_format = bf16\n"
+                      "interval = 8\nact_format = fp32\n");
+  const CmdResult r = run_cli("run " + cfg + " -q", dir);
+  INFO(r.out << r.err);
+  REQUIRE(r.code == 0);
+  CHECK_THAT(r.out, Contains("eager-bf16") && Contains("dual-fp32+bf16-K8") && Contains("skipped"));
+  const ResultSet rs = read_result_file(dir / "lm.h5");
+  auto root = [&](const std::string& k) -> AttrValue {
+    for (const auto& [kk, v] : rs.root)
+      if (kk == k) return v;
+    FAIL("root attribute " << k << " missing");
+    return std::string();
+  };
+  CHECK(std::get<std::string>(root("model_weights_sha256")) == load_lm_weights(kTiny).sha256);
+  CHECK(std::get<std::string>(root("mode")) == "teacher");
+  int ok = 0;
+  for (const auto& run : rs.runs) {
+    if (run.groups.empty()) continue;
+    ++ok;
+    const auto& g = run.groups.front();
+    CHECK(g.index.size() == 80);
+    for (const auto& [name, series] : g.series) {
+      INFO(run.id << " " << name);
+      for (double v : series) REQUIRE(std::isfinite(v));
+    }
+  }
+  CHECK(ok == 3);  // eager fp32, eager bf16, dual fp32+bf16 (dual bf16+bf16 is the shared checkpoint: skipped)
+
+  // free-running: eager fp32 follows the fp64 greedy text longer than a bf16 state does, on average
+  const CmdResult f = run_cli("run " + cfg + " -q --set model.mode=free --set model.steps=60 --set model.prompt=16 " +
+                                  "--set scheme.decoder=eager",
+                              dir);
+  INFO(f.out << f.err);
+  REQUIRE(f.code == 0);
+  CHECK_THAT(f.out, Contains("1st div"));
+
+  // bad model files and text: one line, exit 1
+  const CmdResult bad = run_cli("run " + cfg + " -q --set model.weights=" + (dir / "lm.ini"), dir);
+  CHECK(bad.code == 1);
+  CHECK_THAT(bad.err, Contains("lm.ini"));
+  const CmdResult short_text = run_cli("run " + cfg + " -q --set model.steps=100000", dir);
+  CHECK(short_text.code == 2);
+  CHECK_THAT(short_text.err, Contains("model.steps"));
 }

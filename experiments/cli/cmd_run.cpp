@@ -5,6 +5,7 @@
 
 #include "cli/cli.h"
 #include "errors.h"
+#include "run/lm_run.h"
 #include "run/runner.h"
 #include "trace/trace_h5.h"
 
@@ -37,6 +38,8 @@ int cmd_run(const Args& args) {
       "trace from [synth]) and writes run.output (HDF5: /runs/<id> per-step metrics, /summary table, provenance).\n"
       "A comma list in a sweep key ([scheme]) is a sweep axis; runs are the Cartesian product. Every key and its\n"
       "default: configs/defaults.ini or `replayssm defaults`.\n"
+      "With model.weights set ([model]), every SSM layer of that language model is decoded by each scheme end to\n"
+      "end, against the model in fp64 (teacher-forced KL and bits per byte, or free-running greedy divergence).\n"
       "The result file is rewritten (atomically) after every finished batch of runs. Ctrl-C stops at the next step\n"
       "boundary and keeps the finished runs; --resume then runs only what is missing.";
   po::options_description opts("options");
@@ -53,7 +56,8 @@ int cmd_run(const Args& args) {
   if (!parse_args("run", args, usage, opts, pos, vm, {"config"})) return 0;
   Config cfg = load_config(vm, "config");
   if (vm.count("output")) cfg.set("run.output=" + vm["output"].as<std::string>());
-  probe_trace_file(cfg.str("trace.file"));  // first, while single-threaded (trace/trace_h5.h)
+  const bool model = lm_configured(cfg);  // [model]: the whole language model instead of a trace's layer
+  if (!model) probe_trace_file(cfg.str("trace.file"));  // first, while single-threaded (trace/trace_h5.h)
   RunnerOptions ro;
   ro.progress = !vm.count("quiet");
   ro.jobs = vm["jobs"].as<int>();
@@ -63,8 +67,8 @@ int cmd_run(const Args& args) {
   if (vm.count("dry-run")) {
     read_settings(cfg);  // the same checks of [run] and [metrics] as a real run
     fmt::print("{}\n", cfg.resolved_text());
-    const auto src = open_trace(cfg);
-    for (const auto& s : expand_sweep(cfg, src->model().family)) {
+    const auto src = model ? nullptr : open_trace(cfg);
+    for (const auto& s : expand_sweep(cfg, model ? Family::GDN : src->model().family)) {
       if (s.index % ro.shard_count != ro.shard_index) continue;
       std::string what;
       for (const auto& [k, v] : s.params) what += fmt::format(" {}={}", k, v);
@@ -78,7 +82,10 @@ int cmd_run(const Args& args) {
   std::signal(SIGINT, on_sigint);
   std::signal(SIGTERM, on_sigint);
   try {
-    run_experiment(cfg, std::cout, ro);
+    if (model)
+      run_lm_experiment(cfg, std::cout, ro);
+    else
+      run_experiment(cfg, std::cout, ro);
   } catch (const Interrupted& e) {
     fmt::print(stderr, "\nreplayssm: {}\n", e.what());
     return 130;

@@ -44,6 +44,21 @@ const std::vector<KeyDef>& config_keys() {
 
       {"trace.file", "", "HDF5 trace file (format: docs/trace_format.md); empty = synthesise one with [synth]", false},
 
+      {"model.weights", "",
+       "language-model weights (docs/model_format.md); when set, `run` decodes the whole model with every SSM layer "
+       "under each scheme, against the model in fp64, instead of a trace",
+       false},
+      {"model.text", "data/tiny_hybrid/heldout.txt",
+       "text the sequences read (teacher) or take their prompts from (free), from evenly spaced offsets", false},
+      {"model.mode", "teacher",
+       "teacher: read the text, compare next-byte distributions; free: greedy generation after a prompt", false},
+      {"model.seqs", "2", "sequences decoded together", false},
+      {"model.steps", "4096", "teacher: bytes read per sequence; free: bytes generated after the prompt", false},
+      {"model.prompt", "64", "free: bytes of text read before generating", false},
+      {"model.network", "fp32",
+       "precision of everything outside the SSM recurrences under a scheme (fp32 or fp64); the reference is fp64",
+       false},
+
       {"synth.preset", "nemotron3-nano-30b",
        "geometry preset (nemotron3-nano-4b, nemotron3-super-120b, nemotron3-ultra-550b, nemotron3-nano-30b, "
        "granite4-h-small, qwen35-4b, qwen35-122b) or 'custom' with the geometry keys below",
