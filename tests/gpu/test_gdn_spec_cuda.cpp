@@ -622,7 +622,7 @@ TEST_CASE("gdn verify launchers reject bad launch structs with a message naming 
   CHECK_THROWS_WITH(gdn_verify(l, nullptr), Catch::Contains("d_slot"));
   GdnEagerVerifyLaunch e;
   e.step.dims = small_dims();
-  e.step.batch = 1;
+  e.step.batch = 0;  // the window is checked even for an empty launch
   e.window = kMaxSpecWindow + 1;
   CHECK_THROWS_WITH(gdn_eager_verify(e, nullptr), Catch::Contains("window"));
 }
