@@ -4,10 +4,10 @@
 // K != V) so a transposed shape cannot pass; tests/lm/tiny_random_torch_logits.h5 holds the torch model's fp64 logits
 // for it (scripts/train_tiny_hybrid.py fixture). The shipped model and its fixture (data/tiny_hybrid/) are checked
 // too when present.
-#include <catch2/catch.hpp>
-
-#include <filesystem>
 #include <hdf5.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
 
 #include "cpu/reference.h"
 #include "errors.h"
@@ -82,8 +82,8 @@ std::string edited_copy(const TempDir& dir, const std::string& name, Edit edit) 
 void write_one(hid_t file, const char* dataset, float value) {
   h5::Handle d(H5Dopen2(file, dataset, H5P_DEFAULT));
   REQUIRE(d.valid());
-  const auto n = h5::shape(file, dataset, "edit").at(0) * (h5::shape(file, dataset, "edit").size() > 1
-                                                                ? h5::shape(file, dataset, "edit")[1] : 1);
+  const auto n = h5::shape(file, dataset, "edit").at(0) *
+                 (h5::shape(file, dataset, "edit").size() > 1 ? h5::shape(file, dataset, "edit")[1] : 1);
   std::vector<float> v(n);
   REQUIRE(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) >= 0);
   v[0] = value;
@@ -157,8 +157,8 @@ TEST_CASE("lm: an fp64 scheme end to end equals the fp64 reference run", "[lm]")
     tokens.push_back(fx.tokens[t + 5]);
   }
   LmForward ref(w, LmPrecision::FP64, Format::FP32, reference_decoders(w), 2);
-  const Scheme s = scheme_of({{"decoder", "eager"}, {"state_format", "fp64"}, {"out_format", "fp64"},
-                              {"act_format", "fp32"}});
+  const Scheme s =
+      scheme_of({{"decoder", "eager"}, {"state_format", "fp64"}, {"out_format", "fp64"}, {"act_format", "fp32"}});
   LmForward test(w, LmPrecision::FP64, s.act_format, scheme_decoders(w, s), 2);
   const auto a = run_tokens(ref, tokens, w.hp.vocab);
   const auto b = run_tokens(test, tokens, w.hp.vocab);
@@ -177,8 +177,11 @@ TEST_CASE("lm: replay fp32 at interval 1 against eager fp32 end to end stays wit
   const LmWeights w = load_lm_weights(kTiny);
   const Fixture fx = read_fixture(kTinyLogits);
   const Scheme eager = scheme_of({{"decoder", "eager"}, {"state_format", "fp32"}, {"act_format", "fp32"}});
-  const Scheme replay = scheme_of({{"decoder", "replay"}, {"state_format", "fp32"}, {"buffer_format", "fp32"},
-                                   {"act_format", "fp32"}, {"interval", "1"}});
+  const Scheme replay = scheme_of({{"decoder", "replay"},
+                                   {"state_format", "fp32"},
+                                   {"buffer_format", "fp32"},
+                                   {"act_format", "fp32"},
+                                   {"interval", "1"}});
   LmForward ref(w, LmPrecision::FP64, Format::FP32, reference_decoders(w), 1);
   LmForward fe(w, LmPrecision::FP32, eager.act_format, scheme_decoders(w, eager), 1);
   LmForward fr(w, LmPrecision::FP32, replay.act_format, scheme_decoders(w, replay), 1);
@@ -232,12 +235,12 @@ TEST_CASE("lm: bad model files get one clear error naming the file and the datas
   CHECK_THROWS_AS(load_lm_weights(dir / "missing.h5"), FormatError);
   write_text(dir / "text.h5", "not hdf5");
   CHECK_THROWS_WITH(load_lm_weights(dir / "text.h5"), Contains("text.h5"));
-  const auto nan_file = edited_copy(dir, "nan.h5", [](hid_t f) {
-    write_one(f, "layers/03/A_log", std::numeric_limits<float>::quiet_NaN());
-  });
-  CHECK_THROWS_WITH(load_lm_weights(nan_file), Contains("nan.h5") && Contains("'layers/03/A_log'") &&
-                                                    Contains("non-finite"));
-  const auto missing = edited_copy(dir, "missing_ds.h5", [](hid_t f) { H5Ldelete(f, "layers/01/in_proj", H5P_DEFAULT); });
+  const auto nan_file = edited_copy(
+      dir, "nan.h5", [](hid_t f) { write_one(f, "layers/03/A_log", std::numeric_limits<float>::quiet_NaN()); });
+  CHECK_THROWS_WITH(load_lm_weights(nan_file),
+                    Contains("nan.h5") && Contains("'layers/03/A_log'") && Contains("non-finite"));
+  const auto missing =
+      edited_copy(dir, "missing_ds.h5", [](hid_t f) { H5Ldelete(f, "layers/01/in_proj", H5P_DEFAULT); });
   CHECK_THROWS_WITH(load_lm_weights(missing), Contains("'layers/01/in_proj' is missing"));
   const auto wrong_attr = edited_copy(dir, "wrong_attr.h5", [](hid_t f) {
     H5Adelete(f, "m_N");

@@ -4,10 +4,11 @@
 // difference is rounding only and the fixture test bounds it.
 #include "lm/forward.h"
 
+#include <fmt/format.h>
+
 #include <Eigen/Dense>
 #include <cmath>
 #include <deque>
-#include <fmt/format.h>
 
 #include "errors.h"
 #include "model/formulas.h"
@@ -31,6 +32,7 @@ struct LmForward::Impl {
   int plant_layer_ = -1;
   long long plant_step_ = -1;
   double plant_value_ = 0;
+  LmForward::InputRecorder recorder_;
 };
 
 namespace {
@@ -143,15 +145,17 @@ class ImplT final : public LmForward::Impl {
     Act<T> x(d, S);
     for (int s = 0; s < S; ++s) {
       if (tokens[s] < 0 || tokens[s] >= hp_.vocab)
-        throw ConfigError(fmt::format("token {} of sequence {} at step {} is outside the vocabulary (0..{})",
-                                      tokens[s], s, step_, hp_.vocab - 1));
+        throw ConfigError(fmt::format("token {} of sequence {} at step {} is outside the vocabulary (0..{})", tokens[s],
+                                      s, step_, hp_.vocab - 1));
       x.col(s) = emb_.row(tokens[s]).transpose();
     }
     const T eps = static_cast<T>(hp_.norm_eps);
     for (size_t i = 0; i < layers_.size(); ++i) {
       LayerT<T>& l = layers_[i];
       Act<T> h = rms_norm<T>(x, l.norm1, eps);
-      Act<T> m = l.kind == LmLayerKind::Mamba2 ? mamba2(l, h) : l.kind == LmLayerKind::Gdn ? gdn(l, h) : attention(l, h);
+      Act<T> m = l.kind == LmLayerKind::Mamba2 ? mamba2(l, h)
+                 : l.kind == LmLayerKind::Gdn  ? gdn(l, h)
+                                               : attention(l, h);
       if (static_cast<int>(i) == plant_layer_ && step_ == plant_step_) m(0, 0) += static_cast<T>(plant_value_);
       check(m, i, "mixer");
       x += m;
@@ -209,6 +213,7 @@ class ImplT final : public LmForward::Impl {
     l.chunk.shape(l.model, step_, 1, seqs_);
     for (size_t k = 0; k < l.chunk.data.size(); ++k)
       for (int s = 0; s < seqs_; ++s) fill(static_cast<int>(k), s, l.chunk.at(static_cast<int>(k), 0, s));
+    if (recorder_) recorder_(l.decoder, l.chunk);
     decoders_[static_cast<size_t>(l.decoder)]->advance(l.chunk, 0, 1, l.y.data());
   }
 
@@ -227,8 +232,7 @@ class ImplT final : public LmForward::Impl {
     });
     Act<T> y(I, seqs_);
     for (int s = 0; s < seqs_; ++s)
-      for (int r = 0; r < I; ++r)
-        y(r, s) = static_cast<T>(l.y[static_cast<size_t>(s) * I + r]) * silu<T>(proj(r, s));
+      for (int r = 0; r < I; ++r) y(r, s) = static_cast<T>(l.y[static_cast<size_t>(s) * I + r]) * silu<T>(proj(r, s));
     rms_groups<T>(y, I / G, static_cast<T>(hp_.m_norm_eps));
     return l.out_proj * (l.norm_w.asDiagonal() * y);
   }
@@ -296,8 +300,8 @@ LmForward::LmForward(const LmWeights& weights, LmPrecision precision, Format act
                      std::vector<std::unique_ptr<Decoder>> decoders, int seqs) {
   if (seqs <= 0) throw ConfigError(fmt::format("the model needs at least one sequence (got {})", seqs));
   if (decoders.size() != weights.ssm_layers().size())
-    throw InternalError(fmt::format("LmForward: {} decoders for {} SSM layers", decoders.size(),
-                                    weights.ssm_layers().size()));
+    throw InternalError(
+        fmt::format("LmForward: {} decoders for {} SSM layers", decoders.size(), weights.ssm_layers().size()));
   if (precision == LmPrecision::FP64) {
     auto p = std::make_unique<ImplT<double>>(weights, act_format);
     p->decoders_ = std::move(decoders);
@@ -319,6 +323,8 @@ void LmForward::step(const int* tokens, double* logits) { impl_->step(tokens, lo
 long long LmForward::steps_done() const { return impl_->step_; }
 int LmForward::seqs() const { return impl_->seqs_; }
 const std::vector<std::unique_ptr<Decoder>>& LmForward::decoders() const { return impl_->decoders_; }
+
+void LmForward::record_inputs(InputRecorder recorder) { impl_->recorder_ = std::move(recorder); }
 
 void LmForward::plant(int layer, long long step, double value) {
   impl_->plant_layer_ = layer;

@@ -6,6 +6,7 @@
 // reference run and fp32 for a scheme under test. Not here: which decoders, the metrics (run/lm_run.h).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -23,7 +24,7 @@ struct LmNumericError : std::runtime_error {
 };
 
 enum class LmPrecision { FP64, FP32 };
-std::string lm_precision_name(LmPrecision p);        // "fp64", "fp32"
+std::string lm_precision_name(LmPrecision p);          // "fp64", "fp32"
 LmPrecision parse_lm_precision(const std::string& s);  // throws ConfigError
 
 class LmForward {
@@ -44,6 +45,11 @@ class LmForward {
   long long steps_done() const;
   int seqs() const;
   const std::vector<std::unique_ptr<Decoder>>& decoders() const;
+
+  // Called with every SSM layer's step inputs (index into decoders(), the one-step chunk as the decoder sees it):
+  // the per-layer readout proxy replays the reference's inputs through each scheme (run/lm_run.cpp).
+  using InputRecorder = std::function<void(int ssm_index, const InputChunk& chunk)>;
+  void record_inputs(InputRecorder recorder);
 
   // Tests: adds `value` to element 0 of sequence 0's mixer output of block `layer` at step `step` (a planted fault).
   void plant(int layer, long long step, double value);

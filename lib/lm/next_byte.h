@@ -5,10 +5,10 @@
 namespace rssm {
 
 struct NextByte {
-  double kl = 0;          // KL(p_ref ‖ p_test) in nats, never negative (rounding-level negatives clamped to 0)
+  double kl = 0;           // KL(p_ref ‖ p_test) in nats, never negative (rounding-level negatives clamped to 0)
   bool top1_agree = true;  // argmax equal (first maximum on ties)
-  double ref_bits = 0;    // −log2 p_ref(next); 0 when next < 0 (no next byte known)
-  double test_bits = 0;   // −log2 p_test(next)
+  double ref_bits = 0;     // −log2 p_ref(next); 0 when next < 0 (no next byte known)
+  double test_bits = 0;    // −log2 p_test(next)
 };
 
 // ref, test: [vocab] logits; next: the byte that followed, or -1.

@@ -2,9 +2,9 @@
 // checked against them, so a wrong file fails on the first dataset that disagrees, named.
 #include "lm/weights.h"
 
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 #include "errors.h"
 #include "io/h5.h"
@@ -14,9 +14,12 @@ namespace rssm {
 
 std::string lm_layer_kind_name(LmLayerKind k) {
   switch (k) {
-    case LmLayerKind::Mamba2: return "mamba2";
-    case LmLayerKind::Gdn: return "gdn";
-    case LmLayerKind::Attention: return "attention";
+    case LmLayerKind::Mamba2:
+      return "mamba2";
+    case LmLayerKind::Gdn:
+      return "gdn";
+    case LmLayerKind::Attention:
+      return "attention";
   }
   return "?";
 }
@@ -35,7 +38,8 @@ struct Reader {
   }
   double attr_eps(const char* name) const {
     const double v = h5::get_attr_double(file, name, path);
-    if (!(v > 0.0 && v < 1.0)) throw FormatError(fmt::format("{}: attribute '{}' is {}, expected in (0, 1)", path, name, v));
+    if (!(v > 0.0 && v < 1.0))
+      throw FormatError(fmt::format("{}: attribute '{}' is {}, expected in (0, 1)", path, name, v));
     return v;
   }
   std::vector<double> values(const std::string& name, const std::vector<hsize_t>& want) const {
@@ -74,7 +78,8 @@ LmWeights load_lm_weights(const std::string& path) {
   h5::Handle f = h5::open_file(path);
   Reader r{path, f.get()};
   if (!h5::has_attr(f, "format") || h5::get_attr_string(f, "format", path) != "replayssm-lm")
-    throw FormatError(fmt::format("{}: not a replayssm-lm weights file (attribute 'format' must be 'replayssm-lm')", path));
+    throw FormatError(
+        fmt::format("{}: not a replayssm-lm weights file (attribute 'format' must be 'replayssm-lm')", path));
   const long long version = h5::get_attr_int(f, "version", path);
   if (version != 1) throw FormatError(fmt::format("{}: weights format version {} (this build reads 1)", path, version));
   w.storage = h5::has_attr(f, "storage") ? h5::get_attr_string(f, "storage", path) : "";
@@ -104,7 +109,8 @@ LmWeights load_lm_weights(const std::string& path) {
   hp.g_norm_eps = r.attr_eps("g_norm_eps");
   hp.g_l2_eps = r.attr_eps("g_l2_eps");
   if (hp.d_model % hp.attn_heads != 0)
-    throw FormatError(fmt::format("{}: d_model {} is not a multiple of attn_heads {}", path, hp.d_model, hp.attn_heads));
+    throw FormatError(
+        fmt::format("{}: d_model {} is not a multiple of attn_heads {}", path, hp.d_model, hp.attn_heads));
   if (hp.m_H % hp.m_G != 0 || hp.m_inner() % hp.m_G != 0)
     throw FormatError(fmt::format("{}: m_H {} is not a multiple of m_G {}", path, hp.m_H, hp.m_G));
   if (hp.g_HV % hp.g_HK != 0)

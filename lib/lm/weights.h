@@ -17,8 +17,8 @@ struct LmHyper {
   std::string layout;  // one letter per block: M (Mamba-2), G (GDN), A (attention)
   int vocab = 0, d_model = 0, d_mlp = 0, attn_heads = 0;
   double norm_eps = 0;
-  int m_H = 0, m_P = 0, m_N = 0, m_G = 0, m_conv = 0;  // Mamba-2 mixers
-  double m_norm_eps = 0;                                // their gated RMSNorm
+  int m_H = 0, m_P = 0, m_N = 0, m_G = 0, m_conv = 0;    // Mamba-2 mixers
+  double m_norm_eps = 0;                                 // their gated RMSNorm
   int g_HK = 0, g_HV = 0, g_K = 0, g_V = 0, g_conv = 0;  // GDN mixers
   double g_norm_eps = 0, g_l2_eps = 0;                   // their output RMSNorm, the q/k L2 normalisation
   int m_inner() const { return m_H * m_P; }
@@ -53,10 +53,10 @@ struct LmWeights {
   std::string storage;      // "fp16" or "fp32": how the matrices were stored
   std::string description;  // the file's description attribute ("" when absent)
   LmHyper hp;
-  LmMatrix embedding;             // [vocab, d_model]
+  LmMatrix embedding;              // [vocab, d_model]
   std::vector<double> final_norm;  // [d_model]
-  LmMatrix head;                  // [vocab, d_model]
-  std::vector<LmLayer> layers;    // one per layout letter
+  LmMatrix head;                   // [vocab, d_model]
+  std::vector<LmLayer> layers;     // one per layout letter
 
   // The SSM layer `layer` as a decoder's Model (Mamba-2 without z: the gate sits in the mixer's gated norm; no dt
   // clamp; GDN eps = g_l2_eps). Throws InternalError for an attention layer.
