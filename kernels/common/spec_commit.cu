@@ -41,8 +41,8 @@ void spec_commit(const SpecCommitLaunch& l, cudaStream_t stream) {
   if (!l.d_cur) {
     if (!l.d_fill || !l.d_base) bad("a replay commit needs d_fill and d_base (or d_cur for the eager baseline)");
     if (l.interval < 1 || l.hist < l.interval + l.window) bad("hist must be >= interval + window");
-    if (l.capacity < l.hist || (l.capacity & (l.capacity - 1)) != 0)
-      bad("capacity must be a power of two >= hist");
+    if (l.capacity < spec_ring_capacity(l.hist, l.window) || (l.capacity & (l.capacity - 1)) != 0)
+      bad("capacity must be a power of two >= spec_ring_capacity(hist, window)");
   }
   const int threads = 256;
   spec_commit_kernel<<<(l.batch + threads - 1) / threads, threads, 0, stream>>>(l);

@@ -16,7 +16,7 @@
 // either way position s appends its entry at entry number h' + s (h' = 0 after the flush, else h), an index no other
 // CTA of the launch reads. The commit then sets base += h (flushed) and fill = h' + accepted. Rollback of the
 // rejected drafts is nothing: their entries lie past the new fill and are overwritten by the next window.
-// Ring sizes: entries in use never exceed hist (the flush rule), so capacity = the next power of two >= hist.
+// Ring sizes: spec_ring_capacity(hist, window) below.
 //
 // Eager baseline (per slot): T draft states [pool, T, state]; d_cur[slot] names the draft that holds the current
 // state. The verify reads it and writes the state after every position s into draft s: T full states, as serving
@@ -35,10 +35,13 @@ namespace rssm {
 // Largest window a verify launch accepts.
 constexpr int kMaxSpecWindow = 16;
 
-// The smallest power of two >= n (n >= 1).
-inline int spec_ring_capacity(int hist) {
+// Ring entries per slot: the smallest power of two holding every entry in use. A window appends `window` entries past
+// h committed ones while a deferred flush may still read those h; the flush rule keeps h <= hist − window, or
+// h <= window right after a flush, so max(hist, 2·window) entries suffice.
+inline int spec_ring_capacity(int hist, int window) {
+  const int need = hist > 2 * window ? hist : 2 * window;
   int c = 1;
-  while (c < hist) c *= 2;
+  while (c < need) c *= 2;
   return c;
 }
 

@@ -96,7 +96,51 @@ struct Mamba2ReplayLaunch {
 // Largest interval a replay launch accepts (per-entry weights live in shared memory).
 constexpr int kMamba2MaxInterval = 64;
 
+// Speculative verify (common/spec_kernels.h: window layout, ring, flush rule, commit): the step's input and output
+// rows are batch·window (row r, position s at r·window + s). Checkpoint and ring as Mamba2ReplayLaunch's, except
+// that the ring is circular (capacity a power of two >= hist, entry i at (base + i) & (capacity − 1)), the cursor
+// is d_fill / d_base (read only: spec_commit moves them), and no per-row arrival counter is needed.
+// Per row: when spec_flushes(fill, interval, window, hist), the committed entries are folded into the checkpoint
+// first (dual: both copies written, the window then reads the read copy's values, as the CPU emulation does); then
+// every position s gets y_s = exp(Λ_s)·(S_c·C_s) + Σ_{e <= h'+s} Δ_e·exp(Λ_s − Λ_e)·(B_e·C_s)·x_e + D·x_s (causal
+// over the window), and its entry (x_s, B_s in bf16, (Δ_s, Λ_s)) is appended at entry h' + s. No state is written
+// for any draft.
+struct Mamba2VerifyLaunch {
+  Mamba2StepArgs step;  // batch = rows; inputs and y hold batch·window rows
+  int window = 4;
+  int interval = 16;
+  int hist = 20;      // L_hist of the flush rule (>= interval + window)
+  int capacity = 32;  // ring entries per slot, a power of two >= hist
+  Format ckpt_format = Format::FP32;
+  void* d_ckpt = nullptr;  // [pool, H, P, N]
+  bool dual = false;
+  Format read_format = Format::BF16;
+  void* d_read = nullptr;        // [pool, H, P, N] (dual only)
+  uint16_t* d_ring_x = nullptr;  // [pool, capacity, H, P]
+  uint16_t* d_ring_B = nullptr;  // [pool, capacity, G, N]
+  float* d_ring_dl = nullptr;    // [pool, capacity, H, 2]
+  const int32_t* d_fill = nullptr;  // [pool] committed entries
+  const int32_t* d_base = nullptr;  // [pool] ring index of entry 0
+};
+
+// The eager speculative baseline: the state pool holds `window` draft states per slot, [pool, window, H, P, N]
+// in state_format; d_cur[slot] names the draft holding the current state. Every position s reads the state of
+// s − 1 (the draft d_cur for s = 0), steps it as mamba2_eager_step does and stores it into draft s: `window` full
+// states written per verify, as serving engines do. spec_commit (with d_cur) picks the accepted one.
+struct Mamba2EagerVerifyLaunch {
+  Mamba2StepArgs step;  // batch = rows; inputs and y hold batch·window rows
+  int window = 4;
+  Format state_format = Format::FP32;
+  void* d_state = nullptr;         // [pool, window, H, P, N]
+  const int32_t* d_cur = nullptr;  // [pool]
+};
+
+// Largest L_hist a verify launch accepts (per-entry weights and the fold's B live in shared memory).
+constexpr int kMamba2MaxHist = 64;
+
 void mamba2_eager_step(const Mamba2EagerLaunch& launch, cudaStream_t stream);
+void mamba2_verify(const Mamba2VerifyLaunch& launch, cudaStream_t stream);
+void mamba2_eager_verify(const Mamba2EagerVerifyLaunch& launch, cudaStream_t stream);
 void mamba2_replay_step(const Mamba2ReplayLaunch& launch, cudaStream_t stream);
 
 // CTAs per (row, head) the launchers use for `batch` rows: the head dim is split into tiles when few rows would

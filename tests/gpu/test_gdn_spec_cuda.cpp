@@ -271,7 +271,7 @@ uint64_t seed_of(const std::string& name) { return std::hash<std::string>{}(name
 // ---- (a) all accepted: verify + commit equals the standard replay step ----
 void run_all_accepted(const std::string& geo, GdnDims d, int T, int interval, Ckpt ck) {
   const std::string name = fmt::format("{} all-accepted T={} K={} ckpt={}", geo, T, interval, ck.name());
-  const int rows = 3, pool = 4, hist = interval + T, cap = spec_ring_capacity(hist), windows = 3 * interval / T + 2;
+  const int rows = 3, pool = 4, hist = interval + T, cap = spec_ring_capacity(hist, T), windows = 3 * interval / T + 2;
   Layer L(d, Format::BF16, rows, T, seed_of(name));
   const size_t SE = static_cast<size_t>(d.HV) * d.V * d.K, OUT = L.OUT;
   const std::vector<int32_t> slots = {2, 0, 3};
@@ -338,7 +338,7 @@ void run_random(const std::string& geo, GdnDims d, int T, int interval, Ckpt ck,
   const std::string name = fmt::format("{} random T={} K={} ckpt={}{}", geo, T, interval, ck.name(),
                                        ofmt == Format::BF16 ? " o=bf16" : "");
   // Row 3 is always padded; row 1 starts late; row 2 sits out some windows; slot 1 is never used.
-  const int rows = 4, pool = 5, hist = interval + T, cap = spec_ring_capacity(hist);
+  const int rows = 4, pool = 5, hist = interval + T, cap = spec_ring_capacity(hist, T);
   const std::vector<int32_t> slot_of = {4, 2, 0, -1};
   const int need = 2 * interval + 1 + T;
   Layer L(d, Format::BF16, rows, T, seed_of(name));
@@ -515,7 +515,7 @@ void run_eager(const std::string& geo, GdnDims d, int T, Format sf) {
 // ---- (d) a corrupted committed ring entry changes the row's next outputs, and nothing else ----
 void run_corrupt(const std::string& geo, GdnDims d, int T, int interval) {
   const std::string name = fmt::format("{} corrupt-ring T={} K={}", geo, T, interval);
-  const int rows = 2, pool = 2, hist = interval + T, cap = spec_ring_capacity(hist);
+  const int rows = 2, pool = 2, hist = interval + T, cap = spec_ring_capacity(hist, T);
   Layer L(d, Format::BF16, rows, T, seed_of(name));
   const size_t SE = static_cast<size_t>(d.HV) * d.V * d.K, OUT = L.OUT;
   const std::vector<float> init = random_state(L.rng, pool * SE, Format::FP32);
