@@ -293,6 +293,17 @@ TEST_CASE("lm: replayssm run with [model] writes per-step KL, bits per byte and 
   REQUIRE(f.code == 0);
   CHECK_THAT(f.out, Contains("1st div"));
 
+  // an fp64 scheme with an fp64 network generates exactly the fp64 reference's text
+  const CmdResult same = run_cli("run " + cfg + " -q --set model.mode=free --set model.steps=60 --set model.prompt=16 " +
+                                     "--set model.network=fp64 --set scheme.decoder=eager --set scheme.state_format=fp64 " +
+                                     "--set scheme.out_format=fp64 -o " + (dir / "same.h5"),
+                                 dir);
+  INFO(same.out << same.err);
+  REQUIRE(same.code == 0);
+  for (const auto& run : read_result_file(dir / "same.h5").runs)
+    for (const auto& [k, v] : run.summary)
+      if (k == "first_divergence_min") CHECK(std::get<double>(v) == 60.0);
+
   // bad model files and text: one line, exit 1
   const CmdResult bad = run_cli("run " + cfg + " -q --set model.weights=" + (dir / "lm.ini"), dir);
   CHECK(bad.code == 1);
