@@ -94,6 +94,7 @@ std::vector<double> teacher_logits(LmForward& f, const std::vector<std::vector<i
   std::vector<int> tok(static_cast<size_t>(seqs));
   for (long long t = 0; t < steps; ++t) {
     for (int q = 0; q < seqs; ++q) tok[q] = win[q][static_cast<size_t>(t)];
+    if (stop_requested()) throw Interrupted(fmt::format("interrupted in {} at step {}", what, t));
     f.step(tok.data(), &out[static_cast<size_t>(t) * seqs * vocab]);
     if (progress && (t % 256 == 255 || t == steps - 1)) fmt::print(stderr, "\r{}: step {}/{}   ", what, t + 1, steps);
   }
@@ -111,6 +112,7 @@ std::vector<std::vector<int>> generate(LmForward& f, const std::vector<std::vect
   std::vector<std::vector<int>> gen(static_cast<size_t>(seqs));
   for (long long t = 0; t < plen + steps - 1; ++t) {
     for (int q = 0; q < seqs; ++q) tok[q] = t < plen ? prompt[q][static_cast<size_t>(t)] : gen[q].back();
+    if (stop_requested()) throw Interrupted(fmt::format("interrupted in {} at step {}", what, t));
     f.step(tok.data(), logits.data());
     if (t >= plen - 1)
       for (int q = 0; q < seqs; ++q) {
