@@ -1,0 +1,689 @@
+// Google Benchmark of the speculative-decoding CUDA kernels (issue 12) on the H200. One case per (family, window T,
+// batch) times, in the same process and on the same buffers: the replay verify (mamba2_verify / gdn_verify) in a
+// non-flushing and in a flushing window, the eager speculative baseline (mamba2_eager_verify / gdn_eager_verify,
+// T states written) and the standard replay step of the same geometry (mamba2_replay_step / gdn_replay_step, inner
+// route); separate cases time spec_commit. From those it derives the amortised verify at acceptance p, µs per
+// accepted token, achieved bandwidth against the copy and read-only ceilings measured at start-up, and the ratios of
+// issue 12's targets, which it prints as a table at the end. Not a correctness test (tests/gpu/ is).
+//
+//   bench_spec_cuda [--only=mamba2|gdn] [--mamba2-preset=NAME] [--gdn-preset=NAME] [--p=0.7] [--smoke] [--once]
+//                   [google benchmark flags]
+//     --only    one family (default both: Nemotron-3 Super-120B Mamba-2 and Qwen3.5-4B GDN)
+//     --p       per-draft acceptance probability of the amortised figures (default 0.7)
+//     --smoke   a few tiny cases (batch 1 and 3, T 2 and 4), one repetition (ctest); exits 0 without a GPU
+//     --once    one iteration of one repetition per case (for ncu: few launches to replay)
+//   JSON: --benchmark_out=FILE --benchmark_out_format=json (context: GPU, date, driver, git commit, ceilings,
+//   geometries, p, interval). Default sweep: batch 64 and 256 × T 2 4 6 8 per family, interval 16, hist interval + T.
+//
+// Method (as bench_mamba2_cuda / bench_gdn_cuda, KERNELS.md): inputs and state already on the device; per kind one
+// CUDA graph of n × [256 MiB memset (evicts the 50 MB L2), cursor set, launch] minus the same graph without the
+// launch; the difference / n is one launch. The verify reads d_fill / d_base and never writes them, so repeating one
+// launch is stable: the non-flush kind sets fill = 4 (no flush for T <= 8 at interval 16), the flush kind fill =
+// interval (it re-folds the same 16 entries every time, which times a real flush). fp32 state and checkpoint, bf16
+// activations, outputs and ring. The manual time of a case is the non-flush verify; every other figure is a
+// counter (with repetitions: mean / median / stddev over repetitions; quote the median).
+#include <benchmark/benchmark.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bench_cuda_common.cuh"
+#include "common/cuda_check.h"
+#include "common/spec_kernels.h"
+#include "gdn/gdn_kernels.h"
+#include "mamba2/mamba2_kernels.h"
+#include "metrics/traffic.h"
+#include "model/model.h"
+#include "replayssm_version.h"
+
+using namespace rssm;
+using namespace rssm::bench;
+
+namespace {
+
+struct Options {
+  std::string only, mamba2_preset = "nemotron3-super-120b", gdn_preset = "qwen35-4b";
+  double p = 0.7;
+  int interval = 16;
+  bool smoke = false, once = false;
+};
+Options g_opt;
+Model g_mamba2, g_gdn;
+constexpr size_t kL2FlushBytes = 256ull << 20;
+constexpr int kNonflushFill = 4;  // mid-window committed fill: spec_flushes is false for every T <= 8 at interval 16
+constexpr int kStepsPerGraph = 10;
+
+enum class Fam { Mamba2, GDN };
+struct Config {
+  Fam fam;
+  int window;
+  int batch;
+};
+int hist_of(const Config& c) { return g_opt.interval + c.window; }  // L_hist = interval + T (METHOD.md)
+
+std::string bench_name(const Config& c) {
+  return std::string(c.fam == Fam::Mamba2 ? "mamba2" : "gdn") + "/T:" + std::to_string(c.window) +
+         "/batch:" + std::to_string(c.batch);
+}
+
+// ---- acceptance schedule ----
+
+// Per-draft acceptance p: a window commits k = 1 + (leading drafts accepted) tokens, P(k) = p^(k−1)·(1 − p) for
+// k < T and p^(T−1) for k = T; the mean is m = 1 + p + … + p^(T−1).
+// The share of windows whose verify flushes comes from the committed fill before each window as a Markov chain
+// under the kernels' own flush rule (spec_flushes: at the interval, or early once h + 2T > hist). The brief's
+// estimate, ceil(interval / m) windows per flush, ignores the early flush (with hist = interval + T a row flushes
+// from h > interval − T on) and the spread of k, so it is reported beside the exact figure, not used.
+// Amortised verify = (1 − f)·non-flush + f·flush with f the flushing share; the non-flush time is measured at one
+// fill (kNonflushFill): the modelled bytes do not depend on fill beyond the few ring entries read.
+struct Schedule {
+  double m = 1, flush_share = 0, windows_per_flush_approx = 1;
+};
+
+Schedule schedule(int T) {
+  const int K = g_opt.interval, hist = K + T;
+  const double p = g_opt.p;
+  std::vector<double> q(T + 1, 0.0);
+  for (int k = 1; k <= T; ++k) q[k] = std::pow(p, k - 1) * (k < T ? 1 - p : 1.0);
+  Schedule s;
+  s.m = 0;
+  for (int k = 1; k <= T; ++k) s.m += k * q[k];
+  // Cesàro mean of the chain's distribution from h = 0 (right after a prefill): converges even for p = 0 or 1,
+  // where the chain is periodic. A non-flushing h has h + 2T <= hist, so h + k < hist: the states fit.
+  std::vector<double> pi(hist + 1, 0.0), next(hist + 1), mean(hist + 1, 0.0);
+  pi[0] = 1;
+  const int burn = 1000, steps = 4000;
+  for (int it = 0; it < burn + steps; ++it) {
+    std::fill(next.begin(), next.end(), 0.0);
+    for (int h = 0; h <= hist; ++h) {
+      if (pi[h] == 0) continue;
+      const int from = spec_flushes(h, K, T, hist) ? 0 : h;
+      for (int k = 1; k <= T; ++k) next[from + k] += pi[h] * q[k];
+    }
+    pi.swap(next);
+    if (it >= burn)
+      for (int h = 0; h <= hist; ++h) mean[h] += pi[h] / steps;
+  }
+  for (int h = 0; h <= hist; ++h)
+    if (spec_flushes(h, K, T, hist)) s.flush_share += mean[h];
+  s.windows_per_flush_approx = std::ceil(K / s.m);
+  return s;
+}
+
+// ---- modelled bytes of one launch (the least each kernel must move: fp32 state, bf16 activations and ring) ----
+// Mamba-2 per row (H heads, G groups; a position's inputs x [H, P], dt [H], B and C [G, N], output y [H, P]):
+//   state S = 4·H·P·N; ring entry E = 2·H·P (x) + 8·H ((Δ, Λ) float2) + 2·G·N (B, once per group)
+//   inputs per position I = 2·H·P + 2·H + 4·G·N, output per position Y = 2·H·P
+// GDN per row (HK key heads of dim K, HV value heads of dim V; inputs q, k [HK, K], v [HV, V], a, b [HV]; o [HV, V]):
+//   S = 4·HV·V·K; E = 2·HV·V (u) + 2·HK·K (k, once per key head) + 4·HV (G); I = 4·HK·K + 2·HV·V + 4·HV; Y = 2·HV·V
+// Replay verify at committed fill h: S (the checkpoint, read once for the whole window) + h·E (ring entries read)
+//   + T·E (the window's entries appended) + T·(I + Y) + 12 (slot, fill, base); a flushing verify also writes the
+//   checkpoint back (+ S; its h entries are the ones read above).
+// Eager verify: S (draft d_cur read) + T·S (one state written per position) + T·(I + Y) + 8 (slot, cur).
+// Plus the layer parameters once per launch (Mamba-2 A_log, dt_bias, D: 12·H; GDN A_log, dt_bias: 8·HV).
+// The standard replay step's bytes are metrics/traffic.h's (as in bench_mamba2_cuda / bench_gdn_cuda).
+struct RowBytes {
+  double S, E, I, Y, params;
+};
+
+RowBytes row_bytes(Fam f) {
+  if (f == Fam::Mamba2) {
+    const Mamba2Params& m = g_mamba2.mamba2;
+    const double HP = double(m.H) * m.P, GN = double(m.G) * m.N;
+    return {4 * HP * m.N, 2 * HP + 8.0 * m.H + 2 * GN, 2 * HP + 2.0 * m.H + 4 * GN, 2 * HP, 12.0 * m.H};
+  }
+  const GdnParams& g = g_gdn.gdn;
+  const double VV = double(g.HV) * g.V, KK = double(g.HK) * g.K;
+  return {4 * VV * g.K, 2 * VV + 2 * KK + 4.0 * g.HV, 4 * KK + 2 * VV + 4.0 * g.HV, 2 * VV, 8.0 * g.HV};
+}
+
+double verify_bytes(const Config& c, int h, bool flush) {
+  const RowBytes r = row_bytes(c.fam);
+  const int T = c.window;
+  return c.batch * (r.S * (flush ? 2 : 1) + h * r.E + T * r.E + T * (r.I + r.Y) + 12) + r.params;
+}
+
+double eager_verify_bytes(const Config& c) {
+  const RowBytes r = row_bytes(c.fam);
+  const int T = c.window;
+  return c.batch * (r.S * (1 + T) + T * (r.I + r.Y) + 8) + r.params;
+}
+
+Traffic replay_traffic(const Config& c) {
+  TrafficParams tp;
+  tp.scheme = "replay";
+  tp.state_bytes = 4, tp.act_bytes = 2, tp.buffer_bytes = 2;
+  tp.interval = g_opt.interval;
+  tp.batch = c.batch;
+  return traffic(c.fam == Fam::Mamba2 ? g_mamba2 : g_gdn, tp);
+}
+
+// ---- derived figures: the same code for a repetition's counters and for the end-of-run targets ----
+
+struct Times {  // seconds per launch
+  double verify = 0, verify_flush = 0, eager = 0, replay_nonflush = 0, replay_flush = 0, replay_amortised = 0;
+};
+
+double ratio(double a, double b) { return b > 0 ? a / b : 0; }  // 0, not NaN or inf: the JSON must stay parseable
+
+std::vector<std::pair<std::string, double>> derive(const Config& c, const Times& t) {
+  const Schedule sc = schedule(c.window);
+  const double f = sc.flush_share, W = sc.windows_per_flush_approx, us = 1e6;
+  const double amort = (1 - f) * t.verify + f * t.verify_flush;
+  const double amort_approx = ((W - 1) * t.verify + t.verify_flush) / W;
+  const double bn = verify_bytes(c, kNonflushFill, false), bf = verify_bytes(c, g_opt.interval, true);
+  const double ba = (1 - f) * bn + f * bf, be = eager_verify_bytes(c);
+  const Traffic tr = replay_traffic(c);
+  auto GBps = [](double bytes, double sec) { return ratio(bytes, sec) / 1e9; };
+  return {
+      {"window", double(c.window)},
+      {"batch", double(c.batch)},
+      {"p", g_opt.p},
+      {"mean_committed", sc.m},
+      {"flush_share", f},
+      {"windows_per_flush", ratio(1, f)},
+      {"windows_per_flush_approx", W},
+      {"us_verify", t.verify * us},
+      {"us_verify_flush", t.verify_flush * us},
+      {"us_verify_amortised", amort * us},
+      {"us_verify_amortised_approx", amort_approx * us},
+      {"us_per_token", amort / sc.m * us},
+      {"us_eager_verify", t.eager * us},
+      {"us_eager_per_token", t.eager / sc.m * us},
+      {"us_replay_nonflush", t.replay_nonflush * us},
+      {"us_replay_flush", t.replay_flush * us},
+      {"us_replay_amortised", t.replay_amortised * us},
+      {"bytes_verify", bn},
+      {"bytes_verify_flush", bf},
+      {"bytes_verify_amortised", ba},
+      {"bytes_eager_verify", be},
+      {"bytes_replay_amortised", tr.batch_amortised},
+      {"GBps_verify", GBps(bn, t.verify)},
+      {"GBps_verify_flush", GBps(bf, t.verify_flush)},
+      {"GBps_eager_verify", GBps(be, t.eager)},
+      {"GBps_replay_amortised", GBps(tr.batch_amortised, t.replay_amortised)},
+      {"verify_of_read", ratio(GBps(bn, t.verify), g_read_GBps)},
+      {"verify_of_copy", ratio(GBps(bn, t.verify), g_copy_GBps)},
+      {"verify_flush_of_copy", ratio(GBps(bf, t.verify_flush), g_copy_GBps)},
+      {"eager_of_copy", ratio(GBps(be, t.eager), g_copy_GBps)},
+      {"replay_amortised_of_read", ratio(GBps(tr.batch_amortised, t.replay_amortised), g_read_GBps)},
+      // Issue 12's targets: verify (amortised, as a serving step is) over the standard replay step (amortised),
+      // and the eager baseline over the verify; the non-flush pairs beside them.
+      {"ratio_verify_over_replay", ratio(amort, t.replay_amortised)},
+      {"ratio_verify_over_replay_nonflush", ratio(t.verify, t.replay_nonflush)},
+      {"ratio_eager_over_verify", ratio(t.eager, amort)},
+      {"ratio_eager_over_verify_nonflush", ratio(t.eager, t.verify)},
+  };
+}
+
+std::map<std::string, std::vector<Times>> g_times;            // per case: every iteration's times
+std::map<std::string, std::vector<double>> g_commit_times;    // per commit case: every iteration's seconds
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+Times median_times(const std::vector<Times>& all) {
+  std::vector<double> v[6];
+  for (const Times& x : all) {
+    v[0].push_back(x.verify), v[1].push_back(x.verify_flush), v[2].push_back(x.eager);
+    v[3].push_back(x.replay_nonflush), v[4].push_back(x.replay_flush), v[5].push_back(x.replay_amortised);
+  }
+  Times t;
+  t.verify = median(v[0]), t.verify_flush = median(v[1]), t.eager = median(v[2]);
+  t.replay_nonflush = median(v[3]), t.replay_flush = median(v[4]), t.replay_amortised = median(v[5]);
+  return t;
+}
+
+// ---- timing ----
+
+using Launch = std::function<void(cudaStream_t)>;
+
+// One kind: a graph of n × [L2 flush, pre[i] (if set), launch] and the same graph without the launch.
+class GraphCase {
+ public:
+  GraphCase(cudaStream_t s, uint8_t* l2, const std::vector<Launch>& pre, const Launch& launch) : s_(s), n_(pre.size()) {
+    with_ = capture(l2, pre, &launch);
+    without_ = capture(l2, pre, nullptr);
+  }
+  ~GraphCase() { cudaGraphExecDestroy(with_), cudaGraphExecDestroy(without_); }
+  GraphCase(const GraphCase&) = delete;
+  GraphCase& operator=(const GraphCase&) = delete;
+  double seconds(Events& ev) {  // per launch
+    const float tb = ev.ms(s_, [&] { CUDA_CHECK(cudaGraphLaunch(without_, s_)); });
+    const float ta = ev.ms(s_, [&] { CUDA_CHECK(cudaGraphLaunch(with_, s_)); });
+    return std::max(0.0, double(ta - tb)) * 1e-3 / n_;
+  }
+
+ private:
+  cudaGraphExec_t capture(uint8_t* l2, const std::vector<Launch>& pre, const Launch* launch) {
+    cudaGraph_t g;
+    CUDA_CHECK(cudaStreamBeginCapture(s_, cudaStreamCaptureModeThreadLocal));
+    for (const Launch& p : pre) {
+      CUDA_CHECK(cudaMemsetAsync(l2, 0, kL2FlushBytes, s_));
+      if (p) p(s_);
+      if (launch) (*launch)(s_);
+    }
+    CUDA_CHECK(cudaStreamEndCapture(s_, &g));
+    cudaGraphExec_t e;
+    CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+    CUDA_CHECK(cudaGraphDestroy(g));
+    return e;
+  }
+  cudaStream_t s_;
+  size_t n_;
+  cudaGraphExec_t with_ = nullptr, without_ = nullptr;
+};
+
+// What a family's setup hands to the timing: the three launchers and the cursors they read.
+struct Steps {
+  Launch verify, eager_verify, replay;
+  int32_t* spec_fill = nullptr;        // [pool] committed fill the verify reads
+  int32_t* replay_fill = nullptr;      // [pool] the standard replay's cursor (its kernel advances it)
+  const int32_t* fills = nullptr;      // [interval + 1, batch]: block f holds fill f for every slot
+  double tiles = 0;                    // CTAs per (row, head) of the streamed fp32 state, for the labels
+};
+
+void time_cases(benchmark::State& st, const Config& c, cudaStream_t s, const Steps& k) {
+  const int B = c.batch, KI = g_opt.interval;
+  Dev<uint8_t> l2(kL2FlushBytes);
+  auto set_fill = [&](int32_t* dst, int f) -> Launch {
+    const int32_t* src = k.fills + size_t(f) * B;
+    return [=](cudaStream_t st_) {
+      CUDA_CHECK(cudaMemcpyAsync(dst, src, B * sizeof(int32_t), cudaMemcpyDeviceToDevice, st_));
+    };
+  };
+  // Both verify kinds set the fill before every launch: they share d_fill, and the copy cancels in the difference.
+  const std::vector<Launch> at_nonflush(kStepsPerGraph, set_fill(k.spec_fill, kNonflushFill));
+  const std::vector<Launch> at_flush(kStepsPerGraph, set_fill(k.spec_fill, KI));
+  const std::vector<Launch> plain(kStepsPerGraph);
+  // Standard replay as bench_mamba2_cuda times it: non-flush = mean over fills 0 .. interval−2, flush = fill
+  // interval−1, amortised = interval consecutive steps from an empty ring (the last one flushing).
+  std::vector<Launch> rep_nonflush, rep_flush(kStepsPerGraph, set_fill(k.replay_fill, KI - 1)), rep_amortised;
+  for (int f = 0; f + 1 < KI; ++f) rep_nonflush.push_back(set_fill(k.replay_fill, f));
+  for (int f = 0; f < KI; ++f) rep_amortised.push_back(f == 0 ? set_fill(k.replay_fill, 0) : Launch());
+  // One plain launch of each first: a bad launch struct throws here with its message rather than inside a capture,
+  // and every launcher's one-time function attributes are set before any graph records it.
+  at_nonflush[0](s), k.verify(s), k.eager_verify(s), set_fill(k.replay_fill, 0)(s), k.replay(s);
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  GraphCase verify(s, l2.p, at_nonflush, k.verify), verify_flush(s, l2.p, at_flush, k.verify);
+  GraphCase eager(s, l2.p, plain, k.eager_verify);
+  GraphCase replay_nf(s, l2.p, rep_nonflush, k.replay), replay_fl(s, l2.p, rep_flush, k.replay);
+  GraphCase replay_am(s, l2.p, rep_amortised, k.replay);
+  Events ev;
+  auto once = [&] {
+    Times t;
+    t.verify = verify.seconds(ev);
+    t.verify_flush = verify_flush.seconds(ev);
+    t.eager = eager.seconds(ev);
+    t.replay_nonflush = replay_nf.seconds(ev);
+    t.replay_flush = replay_fl.seconds(ev);
+    t.replay_amortised = replay_am.seconds(ev);
+    return t;
+  };
+  once(), once();  // warm-up
+  std::vector<Times> times;
+  for (auto _ : st) {
+    const Times t = once();
+    st.SetIterationTime(t.verify);
+    times.push_back(t);
+  }
+  std::vector<Times>& all = g_times[bench_name(c)];
+  all.insert(all.end(), times.begin(), times.end());
+  for (const auto& kv : derive(c, median_times(times))) st.counters[kv.first] = kv.second;
+  st.counters["tiles"] = k.tiles;
+}
+
+// Row r of every launch sits at slot batch−1−r (rows need not be in slot order); pool = batch slots.
+void upload_slots_and_fills(int B, int KI, int32_t* d_slot, int32_t* d_fills) {
+  std::vector<int32_t> slots(B), f(size_t(KI + 1) * B);
+  for (int r = 0; r < B; ++r) slots[r] = B - 1 - r;
+  for (int x = 0; x <= KI; ++x) std::fill(f.begin() + size_t(x) * B, f.begin() + size_t(x + 1) * B, x);
+  CUDA_CHECK(cudaMemcpy(d_slot, slots.data(), B * sizeof(int32_t), cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(d_fills, f.data(), f.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+}
+
+void bm_mamba2(benchmark::State& st, Config c) {
+  const Mamba2Params& m = g_mamba2.mamba2;
+  const int H = m.H, P = m.P, N = m.N, G = m.G, B = c.batch, T = c.window, KI = g_opt.interval;
+  const int hist = hist_of(c), cap = spec_ring_capacity(hist, T);
+  const size_t HPN = size_t(H) * P * N, HP = size_t(H) * P, GN = size_t(G) * N, R = size_t(B) * T;
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  // Checkpoint (shared by the verify and the standard replay: neither's timing depends on its values) and the
+  // eager baseline's T draft states per slot.
+  Dev<float> ck(B * HPN), drafts(size_t(T) * B * HPN);
+  init_dev(ck.p, B * HPN, 1, 0.5f);
+  init_dev(drafts.p, size_t(T) * B * HPN, 1, 0.5f);
+  Dev<int32_t> d_slot(B), fills(size_t(KI + 1) * B), spec_fill(B), base(B), cur(B), rep_fill(B), arrive(B);
+  upload_slots_and_fills(B, KI, d_slot.p, fills.p);
+  CUDA_CHECK(cudaMemset(spec_fill.p, 0, B * 4)), CUDA_CHECK(cudaMemset(base.p, 0, B * 4));
+  CUDA_CHECK(cudaMemset(cur.p, 0, B * 4)), CUDA_CHECK(cudaMemset(rep_fill.p, 0, B * 4));
+  CUDA_CHECK(cudaMemset(arrive.p, 0, B * 4));
+  // Inputs for batch·T position rows (the standard step reads the first batch of them).
+  Dev<__nv_bfloat16> x(R * HP), dt(R * H), Bm(R * GN), Cm(R * GN), y(R * HP);
+  init_dev(x.p, R * HP, 2, 1.0f), init_dev(dt.p, R * H, 3, 0.5f), init_dev(Bm.p, R * GN, 4, 1.0f);
+  init_dev(Cm.p, R * GN, 5, 1.0f);
+  std::vector<float> A_log(H), dt_bias(H, -3.0f), Dh(H, 1.0f);
+  for (int h = 0; h < H; ++h) A_log[h] = std::log(1.0f + 7.0f * h / H);
+  Dev<float> dA(H), dBias(H), dD(H);
+  CUDA_CHECK(cudaMemcpy(dA.p, A_log.data(), H * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(dBias.p, dt_bias.data(), H * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(dD.p, Dh.data(), H * 4, cudaMemcpyHostToDevice));
+  // Ring (base 0, so entry e at index e): valid entries everywhere, Δ = 0.05 and Λ falling with the entry.
+  Dev<uint16_t> rx(size_t(B) * cap * HP), rB(size_t(B) * cap * GN);
+  Dev<float> dl(size_t(B) * cap * H * 2);
+  init_dev(reinterpret_cast<__nv_bfloat16*>(rx.p), size_t(B) * cap * HP, 7, 1.0f);
+  init_dev(reinterpret_cast<__nv_bfloat16*>(rB.p), size_t(B) * cap * GN, 8, 1.0f);
+  {
+    std::vector<float> h_dl(size_t(B) * cap * H * 2);
+    for (size_t i = 0; i < h_dl.size() / 2; ++i) {
+      const int e = static_cast<int>(i / H) % cap;
+      h_dl[2 * i] = 0.05f, h_dl[2 * i + 1] = -0.1f * (e + 1);
+    }
+    CUDA_CHECK(cudaMemcpy(dl.p, h_dl.data(), h_dl.size() * 4, cudaMemcpyHostToDevice));
+  }
+
+  Mamba2StepArgs a;
+  a.dims = {H, P, N, G};
+  a.batch = B;
+  a.d_slot = d_slot.p;
+  a.act_format = Format::BF16;
+  a.d_x = x.p, a.d_dt = dt.p, a.d_B = Bm.p, a.d_C = Cm.p;
+  a.d_A_log = dA.p, a.d_dt_bias = dBias.p, a.d_D = dD.p;
+  a.d_y = y.p, a.y_format = Format::BF16;
+  Mamba2VerifyLaunch lv;
+  lv.step = a, lv.window = T, lv.interval = KI, lv.hist = hist, lv.capacity = cap;
+  lv.ckpt_format = Format::FP32, lv.d_ckpt = ck.p;
+  lv.d_ring_x = rx.p, lv.d_ring_B = rB.p, lv.d_ring_dl = dl.p, lv.d_fill = spec_fill.p, lv.d_base = base.p;
+  Mamba2EagerVerifyLaunch le;
+  le.step = a, le.window = T, le.state_format = Format::FP32, le.d_state = drafts.p, le.d_cur = cur.p;
+  Mamba2ReplayLaunch lr;  // the linear ring of the standard step lives in the first entries of the same buffers
+  lr.step = a, lr.interval = KI, lr.capacity = cap, lr.ckpt_format = Format::FP32, lr.d_ckpt = ck.p;
+  lr.d_ring_x = rx.p, lr.d_ring_B = rB.p, lr.d_ring_dl = dl.p, lr.d_fill = rep_fill.p, lr.d_arrive = arrive.p;
+
+  Steps k;
+  k.verify = [lv](cudaStream_t st_) { mamba2_verify(lv, st_); };
+  k.eager_verify = [le](cudaStream_t st_) { mamba2_eager_verify(le, st_); };
+  k.replay = [lr](cudaStream_t st_) { mamba2_replay_step(lr, st_); };
+  k.spec_fill = spec_fill.p, k.replay_fill = rep_fill.p, k.fills = fills.p;
+  k.tiles = mamba2_p_tiles(a.dims, B, Format::FP32);
+  time_cases(st, c, s, k);
+  CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+void bm_gdn(benchmark::State& st, Config c) {
+  const GdnParams& m = g_gdn.gdn;
+  const int HK = m.HK, HV = m.HV, K = m.K, V = m.V, B = c.batch, T = c.window, KI = g_opt.interval;
+  const int hist = hist_of(c), cap = spec_ring_capacity(hist, T);
+  const size_t SE = size_t(HV) * V * K, OUT = size_t(HV) * V, QK = size_t(HK) * K, R = size_t(B) * T;
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  Dev<float> ck(B * SE), drafts(size_t(T) * B * SE);
+  init_dev(ck.p, B * SE, 1, 0.3f);
+  init_dev(drafts.p, size_t(T) * B * SE, 1, 0.3f);
+  Dev<int32_t> d_slot(B), fills(size_t(KI + 1) * B), spec_fill(B), base(B), cur(B), rep_fill(B), arrive(B);
+  upload_slots_and_fills(B, KI, d_slot.p, fills.p);
+  CUDA_CHECK(cudaMemset(spec_fill.p, 0, B * 4)), CUDA_CHECK(cudaMemset(base.p, 0, B * 4));
+  CUDA_CHECK(cudaMemset(cur.p, 0, B * 4)), CUDA_CHECK(cudaMemset(rep_fill.p, 0, B * 4));
+  CUDA_CHECK(cudaMemset(arrive.p, 0, B * 4));
+  Dev<__nv_bfloat16> q(R * QK), kk(R * QK), v(R * OUT), ga(R * HV), gb(R * HV), o(R * OUT);
+  init_dev(q.p, R * QK, 2, 1.0f), init_dev(kk.p, R * QK, 3, 1.0f), init_dev(v.p, R * OUT, 4, 1.0f);
+  init_dev(ga.p, R * HV, 5, 1.0f), init_dev(gb.p, R * HV, 6, 1.0f);
+  std::vector<float> A_log(HV), dt_bias(HV, -3.0f);
+  for (int h = 0; h < HV; ++h) A_log[h] = std::log(1.0f + 15.0f * h / HV);
+  Dev<float> dA(HV), dBias(HV);
+  CUDA_CHECK(cudaMemcpy(dA.p, A_log.data(), HV * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemcpy(dBias.p, dt_bias.data(), HV * 4, cudaMemcpyHostToDevice));
+  // Ring (base 0): valid entries everywhere, |k| about 1 over K = 128, G falling with the entry.
+  Dev<uint16_t> ru(size_t(B) * cap * OUT), rk(size_t(B) * cap * QK);
+  Dev<float> rG(size_t(B) * cap * HV);
+  init_dev(reinterpret_cast<__nv_bfloat16*>(ru.p), size_t(B) * cap * OUT, 7, 1.0f);
+  init_dev(reinterpret_cast<__nv_bfloat16*>(rk.p), size_t(B) * cap * QK, 8, 0.09f);
+  {
+    std::vector<float> h_G(size_t(B) * cap * HV);
+    for (size_t i = 0; i < h_G.size(); ++i) h_G[i] = -0.1f * (static_cast<int>(i / HV) % cap + 1);
+    CUDA_CHECK(cudaMemcpy(rG.p, h_G.data(), h_G.size() * 4, cudaMemcpyHostToDevice));
+  }
+
+  GdnStepArgs a;
+  a.dims = {HK, HV, K, V};
+  a.batch = B;
+  a.d_slot = d_slot.p;
+  a.act_format = Format::BF16;
+  a.d_q = q.p, a.d_k = kk.p, a.d_v = v.p, a.d_a = ga.p, a.d_b = gb.p;
+  a.d_A_log = dA.p, a.d_dt_bias = dBias.p;
+  a.d_o = o.p, a.o_format = Format::BF16;
+  GdnVerifyLaunch lv;
+  lv.step = a, lv.window = T, lv.interval = KI, lv.hist = hist, lv.capacity = cap;
+  lv.ckpt_format = Format::FP32, lv.d_ckpt = ck.p;
+  lv.d_ring_u = ru.p, lv.d_ring_k = rk.p, lv.d_ring_G = rG.p, lv.d_fill = spec_fill.p, lv.d_base = base.p;
+  GdnEagerVerifyLaunch le;
+  le.step = a, le.window = T, le.state_format = Format::FP32, le.d_state = drafts.p, le.d_cur = cur.p;
+  GdnReplayLaunch lr;  // inner route: the one the verify uses
+  lr.step = a, lr.interval = KI, lr.capacity = cap, lr.route = GdnRoute::Inner;
+  lr.ckpt_format = Format::FP32, lr.d_ckpt = ck.p;
+  lr.d_ring_u = ru.p, lr.d_ring_k = rk.p, lr.d_ring_G = rG.p, lr.d_fill = rep_fill.p, lr.d_arrive = arrive.p;
+
+  Steps k;
+  k.verify = [lv](cudaStream_t st_) { gdn_verify(lv, st_); };
+  k.eager_verify = [le](cudaStream_t st_) { gdn_eager_verify(le, st_); };
+  k.replay = [lr](cudaStream_t st_) { gdn_replay_step(lr, st_); };
+  k.spec_fill = spec_fill.p, k.replay_fill = rep_fill.p, k.fills = fills.p;
+  k.tiles = gdn_v_tiles(a.dims, B, Format::FP32);
+  time_cases(st, c, s, k);
+  CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+// spec_commit alone: a graph of 50 × [L2 flush, commit]. Its cursors move every launch, as in serving: a replay
+// row's fill climbs by its accepted count until the flush rule resets it, so repeated launches stay in range.
+std::string commit_name(bool eager, int T, int B) {
+  return std::string("commit/") + (eager ? "eager" : "replay") + "/T:" + std::to_string(T) +
+         "/batch:" + std::to_string(B);
+}
+
+void bm_commit(benchmark::State& st, bool eager, int T, int B) {
+  const int KI = g_opt.interval, hist = KI + T;
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  Dev<int32_t> d_slot(B), fills(size_t(KI + 1) * B), accepted(B), fill(B), base(B), cur(B);
+  upload_slots_and_fills(B, KI, d_slot.p, fills.p);
+  std::vector<int32_t> acc(B);
+  for (int r = 0; r < B; ++r) acc[r] = 1 + r % T;  // rows at different fills, as serving leaves them
+  CUDA_CHECK(cudaMemcpy(accepted.p, acc.data(), B * 4, cudaMemcpyHostToDevice));
+  CUDA_CHECK(cudaMemset(fill.p, 0, B * 4)), CUDA_CHECK(cudaMemset(base.p, 0, B * 4));
+  CUDA_CHECK(cudaMemset(cur.p, 0, B * 4));
+  SpecCommitLaunch l;
+  l.batch = B, l.d_slot = d_slot.p, l.d_accepted = accepted.p;
+  l.window = T, l.interval = KI, l.hist = hist, l.capacity = spec_ring_capacity(hist, T);
+  if (eager) l.d_cur = cur.p;
+  else l.d_fill = fill.p, l.d_base = base.p;
+  spec_commit(l, s);  // outside a capture first: a bad launch struct throws here with its message
+  CUDA_CHECK(cudaStreamSynchronize(s));
+  Dev<uint8_t> l2(kL2FlushBytes);
+  GraphCase g(s, l2.p, std::vector<Launch>(50), [l](cudaStream_t st_) { spec_commit(l, st_); });
+  Events ev;
+  g.seconds(ev), g.seconds(ev);
+  std::vector<double> times;
+  for (auto _ : st) {
+    const double t = g.seconds(ev);
+    st.SetIterationTime(t);
+    times.push_back(t);
+  }
+  std::vector<double>& all = g_commit_times[commit_name(eager, T, B)];
+  all.insert(all.end(), times.begin(), times.end());
+  st.counters["us_commit"] = median(times) * 1e6;
+  st.counters["batch"] = B;
+  st.counters["window"] = T;
+  CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+template <class F>
+void add(const std::string& name, F f) {
+  auto* b = benchmark::RegisterBenchmark(name.c_str(), f);
+  b->UseManualTime()->Unit(benchmark::kMicrosecond);
+  if (g_opt.once) b->Iterations(1)->Repetitions(1);
+  else if (g_opt.smoke) b->Iterations(2)->Repetitions(1);
+  else b->Iterations(10)->Repetitions(5)->ReportAggregatesOnly(true);
+}
+
+void register_all() {
+  for (bool copy : {true, false}) {
+    auto* b = benchmark::RegisterBenchmark(copy ? "ceiling/copy_d2d" : "ceiling/read_only",
+                                           [copy](benchmark::State& st) { bm_ceiling(st, copy); });
+    b->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(1);
+  }
+  const std::vector<int> batches = g_opt.smoke ? std::vector<int>{1, 3} : std::vector<int>{64, 256};
+  const std::vector<int> windows = g_opt.smoke ? std::vector<int>{2, 4} : std::vector<int>{2, 4, 6, 8};
+  for (Fam f : {Fam::Mamba2, Fam::GDN}) {
+    if ((f == Fam::Mamba2 && g_opt.only == "gdn") || (f == Fam::GDN && g_opt.only == "mamba2")) continue;
+    for (int b : batches)
+      for (int T : windows) {
+        const Config c{f, T, b};
+        if (f == Fam::Mamba2) add(bench_name(c), [c](benchmark::State& st) { bm_mamba2(st, c); });
+        else add(bench_name(c), [c](benchmark::State& st) { bm_gdn(st, c); });
+      }
+  }
+  for (int b : batches)
+    for (bool eager : {false, true})
+      add(commit_name(eager, 4, b), [=](benchmark::State& st) { bm_commit(st, eager, 4, b); });
+}
+
+// ---- issue 12's targets, from the pooled medians of this run ----
+
+void print_targets() {
+  const int B = 256, T = 4;
+  std::printf("\nbench_spec_cuda targets (issue 12; batch %d, T = %d, interval %d, p = %.2f; medians of this run; the "
+              "verify is amortised over flushing and non-flushing windows):\n",
+              B, T, g_opt.interval, g_opt.p);
+  auto line = [](const std::string& what, bool ran, bool ok, const std::string& got) {
+    std::printf("  %-60s %-6s %s\n", what.c_str(), ran ? (ok ? "met" : "MISSED") : "n/a", got.c_str());
+  };
+  char buf[320];
+  struct Published {
+    Fam fam;
+    const char* name;
+    double eager, verify, standard;
+  };
+  const Published published[] = {{Fam::Mamba2, "mamba2", 1488, 353, 356}, {Fam::GDN, "gdn", 799, 187, 153}};
+  for (const Published& pub : published) {
+    const Config c{pub.fam, T, B};
+    const auto it = g_times.find(bench_name(c));
+    const bool ran = it != g_times.end() && !it->second.empty();
+    std::map<std::string, double> d;
+    if (ran)
+      for (const auto& kv : derive(c, median_times(it->second))) d[kv.first] = kv.second;
+    const std::string who = std::string(pub.name) + ": ";
+    std::snprintf(buf, sizeof buf, "%.1f / %.1f us = %.2fx (non-flush %.2fx; published %.0f / %.0f = %.2fx)",
+                  d["us_verify_amortised"], d["us_replay_amortised"], d["ratio_verify_over_replay"],
+                  d["ratio_verify_over_replay_nonflush"], pub.verify, pub.standard, pub.verify / pub.standard);
+    line(who + "replay verify <= 1.1x our standard replay step", ran, d["ratio_verify_over_replay"] <= 1.1, buf);
+    if (pub.fam == Fam::Mamba2) {
+      std::snprintf(buf, sizeof buf, "%.1f us (non-flush %.1f, flush %.1f; published %.0f)", d["us_verify_amortised"],
+                    d["us_verify"], d["us_verify_flush"], pub.verify);
+      line(who + "replay verify <= 320 us", ran, d["us_verify_amortised"] <= 320, buf);
+    }
+    std::snprintf(buf, sizeof buf, "%.2fx (eager %.1f us; published %.0f / %.0f = %.2fx)", d["ratio_eager_over_verify"],
+                  d["us_eager_verify"], pub.eager, pub.verify, pub.eager / pub.verify);
+    line(who + "replay verify >= 4.5x faster than our eager verify", ran, d["ratio_eager_over_verify"] >= 4.5, buf);
+    std::snprintf(buf, sizeof buf, "%.0f%% of copy ceiling %.0f GB/s", 100 * d["eager_of_copy"], g_copy_GBps);
+    line(who + "eager verify baseline >= 90% of the copy ceiling", ran, d["eager_of_copy"] >= 0.9, buf);
+    std::snprintf(buf, sizeof buf, "verify %.1f us, eager %.1f us, standard replay %.1f us per accepted token",
+                  d["us_per_token"], d["us_eager_per_token"], d["us_replay_amortised"]);
+    line(who + "(info) per accepted token", ran, true, buf);
+  }
+  for (bool eager : {false, true}) {
+    const auto it = g_commit_times.find(commit_name(eager, T, B));
+    const bool ran = it != g_commit_times.end() && !it->second.empty();
+    const double us = ran ? median(it->second) * 1e6 : 0;
+    std::snprintf(buf, sizeof buf, "%.2f us", us);
+    line(std::string("commit (") + (eager ? "eager" : "replay") + " rows) < 3 us", ran, us < 3, buf);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<char*> rest = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--only=", 0) == 0) g_opt.only = a.substr(7);
+    else if (a.rfind("--mamba2-preset=", 0) == 0) g_opt.mamba2_preset = a.substr(16);
+    else if (a.rfind("--gdn-preset=", 0) == 0) g_opt.gdn_preset = a.substr(13);
+    else if (a.rfind("--p=", 0) == 0) g_opt.p = std::atof(a.c_str() + 4);
+    else if (a == "--smoke") g_opt.smoke = true;
+    else if (a == "--once") g_opt.once = true;
+    else rest.push_back(argv[i]);
+  }
+  if (!g_opt.only.empty() && g_opt.only != "mamba2" && g_opt.only != "gdn") {
+    std::fprintf(stderr, "bench_spec_cuda: --only must be mamba2 or gdn\n");
+    return 2;
+  }
+  if (!(g_opt.p >= 0 && g_opt.p <= 1)) {
+    std::fprintf(stderr, "bench_spec_cuda: --p must be in [0, 1]\n");
+    return 2;
+  }
+  try {
+    g_mamba2 = model_preset(g_opt.smoke ? "nemotron3-nano-4b" : g_opt.mamba2_preset);
+    g_gdn = model_preset(g_opt.gdn_preset);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_spec_cuda: preset: %s\n", e.what());
+    return 2;
+  }
+  if (g_mamba2.family != Family::Mamba2 || g_gdn.family != Family::GDN) {
+    std::fprintf(stderr, "bench_spec_cuda: --mamba2-preset must name a Mamba-2 geometry, --gdn-preset a GDN one\n");
+    return 2;
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::printf("bench_spec_cuda: no CUDA device, nothing measured\n");
+    return 0;
+  }
+  try {
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    int driver = 0;
+    CUDA_CHECK(cudaDriverGetVersion(&driver));
+    measure_ceilings(g_opt.smoke);
+    benchmark::AddCustomContext("gpu", prop.name);
+    benchmark::AddCustomContext("sms", std::to_string(prop.multiProcessorCount));
+    benchmark::AddCustomContext("cuda_driver", std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10));
+    benchmark::AddCustomContext("git_commit", REPLAYSSM_GIT_COMMIT);
+    benchmark::AddCustomContext("mamba2_geometry", g_mamba2.geometry_string());
+    benchmark::AddCustomContext("gdn_geometry", g_gdn.geometry_string());
+    benchmark::AddCustomContext("copy_ceiling_GBps", std::to_string(g_copy_GBps));
+    benchmark::AddCustomContext("read_ceiling_GBps", std::to_string(g_read_GBps));
+    benchmark::AddCustomContext("interval", std::to_string(g_opt.interval));
+    benchmark::AddCustomContext("hist", "interval + T");
+    benchmark::AddCustomContext("p", std::to_string(g_opt.p));
+    benchmark::AddCustomContext("nonflush_fill", std::to_string(kNonflushFill));
+    benchmark::AddCustomContext("method", "CUDA graph of n x [256 MiB memset, cursor set, launch] minus the graph "
+                                          "without the launch, per launch; L2 flushed before every launch; fp32 "
+                                          "state, bf16 activations, outputs and ring; real_time = non-flush verify");
+    std::printf("bench_spec_cuda: %s, Mamba-2 %s, GDN %s, ceilings copy %.0f GB/s, read-only %.0f GB/s\n", prop.name,
+                g_mamba2.geometry_string().c_str(), g_gdn.geometry_string().c_str(), g_copy_GBps, g_read_GBps);
+    register_all();
+    int n = static_cast<int>(rest.size());
+    benchmark::Initialize(&n, rest.data());
+    if (benchmark::ReportUnrecognizedArguments(n, rest.data())) return 2;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    if (!g_opt.smoke) print_targets();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_spec_cuda: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
