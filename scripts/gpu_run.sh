@@ -171,5 +171,53 @@ if [ -z "${GPU_RUN_SKIP_GDN:-}" ] && [ -n "${GPU_RUN_NCU:-}" ]; then
   fi
 fi
 
+# ---- Speculative decoding (issue 12): replay verify (non-flush and flush windows), the eager speculative baseline,
+#   the standard replay step and spec_commit, both families at batch 64 and 256, T = 2 4 6 8, with its targets table.
+#   GPU_RUN_SKIP_SPEC=1 leaves it out (so does GPU_RUN_SKIP_BENCH=1); GPU_RUN_SPEC_BENCH_ARGS passes flags (--only=gdn,
+#   --p=0.8, a filter ...). The binary must be in dist/bin (scripts/make_dist.sh from a CUDA build).
+#   Outputs: $OUT/bench_spec_cuda.json (+ .log, whose end is the targets table, copied into summary.txt);
+#   under GPU_RUN_NCU, $OUT/ncu_spec_*.csv (DRAM bytes of one verify, flushing verify and eager verify per family,
+#   batch 256, T = 4: compare with the case's bytes_* counters in bench_spec_cuda.json).
+spec_bench="$bin/bench_spec_cuda"
+if [ -f "$spec_bench" ] && [ ! -x "$spec_bench" ]; then chmod +x "$spec_bench"; fi
+if [ -z "${GPU_RUN_SKIP_SPEC:-}" ] && [ -z "${GPU_RUN_SKIP_BENCH:-}" ]; then
+  if [ -x "$spec_bench" ]; then
+    start=$(date +%s)
+    # shellcheck disable=SC2086
+    "$spec_bench" ${GPU_RUN_SPEC_BENCH_ARGS:-} --benchmark_out="$OUT/bench_spec_cuda.json" \
+      --benchmark_out_format=json --benchmark_counters_tabular=true >"$OUT/bench_spec_cuda.log" 2>&1
+    rc=$?
+    note "spec benchmark: exit $rc in $(( $(date +%s) - start )) s (bench_spec_cuda.json, .log)"
+    grep -E "ceilings" "$OUT/bench_spec_cuda.log" | head -5 >>"$summary"
+    sed -n '/^bench_spec_cuda targets/,$p' "$OUT/bench_spec_cuda.log" | tee -a "$summary"
+    [ $rc -eq 0 ] || status=1
+  else
+    note "spec benchmark: $spec_bench missing"; status=1
+  fi
+fi
+if [ -z "${GPU_RUN_SKIP_SPEC:-}" ] && [ -n "${GPU_RUN_NCU:-}" ]; then
+  if command -v ncu >/dev/null && [ -x "$spec_bench" ]; then
+    # One case per family under --once; ncu's -k picks the kernel, --launch-skip the kind: each graph holds 10
+    # launches (kStepsPerGraph), the non-flush verify graph runs first and the flushing one second, so skipping 10
+    # verify launches lands on a flushing window. The standard replay and commit kernels are not profiled here
+    # (GPU_RUN_NCU above does the standard steps).
+    for fam in mamba2 gdn; do
+      for kind in "verify:${fam}_verify_kernel:0" "verify_flush:${fam}_verify_kernel:10" \
+                  "eager_verify:${fam}_eager_verify_kernel:0"; do
+        IFS=: read -r tag kern skip <<<"$kind"
+        ncu --clock-control none --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
+          -k "regex:$kern" --launch-skip "$skip" --launch-count 2 --csv \
+          "$spec_bench" --once --only="$fam" --benchmark_filter="^$fam/T:4/batch:256/" \
+          >"$OUT/ncu_spec_${fam}_$tag.csv" 2>"$OUT/ncu_spec_${fam}_$tag.err"
+        rc=$?
+        note "ncu spec $fam $tag: exit $rc (ncu_spec_${fam}_$tag.csv; compare with bytes_$tag of $fam/T:4/batch:256)"
+        grep -E "dram__bytes|gpu__time" "$OUT/ncu_spec_${fam}_$tag.csv" | head -6 >>"$summary"
+      done
+    done
+  else
+    note "ncu (spec): not found (or no benchmark binary): skipped"
+  fi
+fi
+
 note "gpu_run: done, exit $status"
 exit $status
