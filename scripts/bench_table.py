@@ -7,6 +7,7 @@ experiments/bench_mamba2_cuda.cu and bench_gdn_cuda.cu). Standard library only.
 Prints, per file, the GPU, date, commit and the ceilings measured in the same run, then one markdown row per case
 of interest: median us per step, modelled bytes, achieved GB/s and its share of the copy and read-only ceilings.
 Re-run the measurement on an H200 with scripts/gpu_run.sh (see GPU.md); its JSON replaces the committed file.
+A file whose name holds "spec" (experiments/bench_spec_cuda.cu, issue 12) gets spec_table's layout instead.
 """
 import json
 import re
@@ -62,11 +63,72 @@ def table(path):
     return "\n".join(out)
 
 
+# Issue 12's published kernels on the same H200 (fp32 state, bf16 activations, ring block 16, batch 256, T = 4), µs:
+# eager speculative verify, replay verify, replay standard step.
+SPEC_PUBLISHED = {"mamba2": (1488.0, 353.0, 356.0), "gdn": (799.0, 187.0, 153.0)}
+
+
+def spec_table(path):
+    """bench_spec_cuda JSON: one row per (family, batch, T) with the verify per call (non-flush, flush, amortised at
+    the run's p), per accepted token, the eager baseline, the standard replay step, the ratios of issue 12's targets
+    and shares of the ceilings; then ours beside the published kernels at batch 256, T = 4, and the commit."""
+    with open(path) as f:
+        d = json.load(f)
+    ctx = d["context"]
+    copy = float(ctx.get("copy_ceiling_GBps", "nan"))
+    read = float(ctx.get("read_ceiling_GBps", "nan"))
+    # Medians of the repetitions; a run without aggregates (--once, --smoke) has only its single entries.
+    rows, singles = {}, {}
+    for b in d["benchmarks"]:
+        key = re.sub(r"/iterations:.*$", "", b["name"])
+        if b.get("aggregate_name") == "median":
+            rows[key] = b
+        elif b.get("run_type") == "iteration":
+            singles.setdefault(key, b)
+    for key, b in singles.items():
+        rows.setdefault(key, b)
+    out = [f"`{path}`: {ctx.get('gpu', '?')}, driver CUDA {ctx.get('cuda_driver', '?')}, {ctx.get('date', '?')}, "
+           f"commit {str(ctx.get('git_commit', '?'))[:10]}; Mamba-2 {ctx.get('mamba2_geometry', '?')}, GDN "
+           f"{ctx.get('gdn_geometry', '?')}; interval {ctx.get('interval', '?')}, hist = interval + T, acceptance "
+           f"p = {float(ctx.get('p', 'nan')):.2f}, non-flush verify at fill {ctx.get('nonflush_fill', '?')}; ceilings "
+           f"measured in the same run: copy {copy:.0f} GB/s, read-only {read:.0f} GB/s", "",
+           "| family | batch | T | µs/verify | flush | amortised | µs/accepted token | eager verify | eager / verify "
+           "| standard replay | verify / standard | verify % of read | eager % of copy |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    cases = []
+    for key, b in rows.items():
+        m = re.match(r"^(mamba2|gdn)/T:(\d+)/batch:(\d+)$", key)
+        if m:
+            cases.append((m.group(1) != "mamba2", int(m.group(3)), int(m.group(2)), m.group(1), b))
+    for _, batch, T, fam, b in sorted(cases):
+        out.append(f"| {fam} | {batch} | {T} | {b.get('us_verify', 0):.1f} | {b.get('us_verify_flush', 0):.1f} "
+                   f"| {b.get('us_verify_amortised', 0):.1f} | {b.get('us_per_token', 0):.1f} "
+                   f"| {b.get('us_eager_verify', 0):.1f} | {b.get('ratio_eager_over_verify', 0):.2f}x "
+                   f"| {b.get('us_replay_amortised', 0):.1f} | {b.get('ratio_verify_over_replay', 0):.2f}x "
+                   f"| {b.get('verify_of_read', 0):.0%} | {b.get('eager_of_copy', 0):.0%} |")
+    out += ["", "Batch 256, T = 4, ours beside the published kernels (µs; verify amortised at p; standard replay "
+            "amortised at the interval):", "",
+            "| family | eager verify | replay verify | standard replay | eager / verify | verify / standard |",
+            "|---|---:|---:|---:|---:|---:|"]
+    for fam, (pe, pv, ps) in SPEC_PUBLISHED.items():
+        b = rows.get(f"{fam}/T:4/batch:256")
+        if b is None:
+            continue
+        out.append(f"| {fam} ours | {b.get('us_eager_verify', 0):.1f} | {b.get('us_verify_amortised', 0):.1f} "
+                   f"| {b.get('us_replay_amortised', 0):.1f} | {b.get('ratio_eager_over_verify', 0):.2f}x "
+                   f"| {b.get('ratio_verify_over_replay', 0):.2f}x |")
+        out.append(f"| {fam} published | {pe:.0f} | {pv:.0f} | {ps:.0f} | {pe / pv:.2f}x | {pv / ps:.2f}x |")
+    commits = [(k, b) for k, b in rows.items() if k.startswith("commit/")]
+    if commits:
+        out += ["", "spec_commit: " + ", ".join(f"`{k}` {b.get('us_commit', 0):.2f} µs" for k, b in sorted(commits))]
+    return "\n".join(out)
+
+
 def main(argv):
     if len(argv) < 2:
         sys.exit("usage: scripts/bench_table.py BENCH.json [BENCH.json ...]")
     for path in argv[1:]:
-        print(table(path))
+        print(spec_table(path) if "spec" in path.rsplit("/", 1)[-1] else table(path))
         print()
 
 
