@@ -16,7 +16,8 @@ tests="$build/tests/replayssm_tests"
 if [ -x "$tests" ]; then cp -L "$tests" dist/bin/; fi
 # CUDA builds: the GPU tests and the kernel benchmarks (scripts/gpu_run.sh runs them on the H200).
 gpu=()
-for g in "$build/tests/gpu/replayssm_gpu_tests" "$build/experiments/bench_mamba2_cuda" "$build/experiments/bench_gdn_cuda"; do
+for g in "$build/tests/gpu/replayssm_gpu_tests" "$build/experiments/bench_mamba2_cuda" "$build/experiments/bench_gdn_cuda" \
+         "$build/experiments/bench_spec_cuda"; do
   if [ -x "$g" ]; then cp -L "$g" dist/bin/; gpu+=("$g"); fi
 done
 for l in $( (ldd "$bin"; [ -x "$tests" ] && ldd "$tests"; for g in "${gpu[@]}"; do ldd "$g"; done) | awk '/=> \//{print $3}' \

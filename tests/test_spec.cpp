@@ -15,6 +15,8 @@
 #include "run/sweep.h"
 #include "test_util.h"
 #include "trace/synth.h"
+#include "trace/trace_h5.h"
+#include "trace_fixtures.h"
 
 using namespace rssm;
 using Catch::Matchers::Contains;
@@ -340,4 +342,41 @@ TEST_CASE("speculative traffic: per committed token, replay verify beats the eag
   const Traffic td = traffic(m, traffic_params(d, 256));
   CHECK(td.batch_nonflush < tr.batch_nonflush);  // windows read the bf16 copy
   CHECK(td.batch_flush > tr.batch_flush);        // the flush also writes it
+}
+
+TEST_CASE("acceptance = trace: /spec/accepted is read, checked and replayed", "[spec]") {
+  test::TempDir dir;
+  const std::string p = dir.path() + "/spec.h5";
+  test::write_tiny_trace(p);  // 37 steps, 3 sequences
+  {
+    test::Edit e(p);
+    REQUIRE(H5Gcreate2(e.f, "spec", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT) >= 0);
+    e.replace("spec/accepted", H5T_NATIVE_INT, {3, 40});
+    for (hsize_t q = 0; q < 3; ++q)
+      for (hsize_t w = 0; w < 40; ++w) {
+        const int v = static_cast<int>(1 + (q + w) % 3);
+        e.poke("spec/accepted", {q, w}, H5T_NATIVE_INT, &v);
+      }
+  }
+  H5TraceSource src(p);
+  REQUIRE(src.model().spec_accepted.size() == 3);
+  CHECK(src.model().spec_accepted[1][0] == 2);
+  ReplayOptions o = fp32_opts(4, 3, "trace");
+  ReplayDecoder traced(o), fixed(fp32_opts(4, 3, "fixed:2"));
+  const auto y = run(traced, src, 37);
+  for (double v : y) REQUIRE(std::isfinite(v));
+  // Windows of 1, 2, 3 tokens in turn flush at other steps than windows of 2.
+  run(fixed, src, 37);
+  CHECK(traced.flushes(0) != fixed.flushes(0));
+  {
+    test::Edit e(p);
+    const int bad = 0;
+    e.poke("spec/accepted", {2, 5}, H5T_NATIVE_INT, &bad);
+  }
+  CHECK_THROWS_WITH(H5TraceSource(p), Contains("/spec/accepted") && Contains("at least one token"));
+  {
+    test::Edit e(p);
+    e.replace("spec/accepted", H5T_NATIVE_INT, {2, 4});
+  }
+  CHECK_THROWS_WITH(H5TraceSource(p), Contains("/spec/accepted") && Contains("shape"));
 }

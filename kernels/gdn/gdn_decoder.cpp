@@ -257,7 +257,7 @@ std::vector<StateCopy> GdnCudaDecoder::state() const {
 }  // namespace
 
 std::string gdn_cuda_unsupported(const Scheme& s) {
-  if (s.speculative()) return "no CUDA speculative decoder yet";
+  if (s.speculative()) return "a speculative scheme (common/spec_decoder.h runs those)";
   if (s.act_format != Format::BF16 && s.act_format != Format::FP32)
     return fmt::format("no CUDA kernel for {} activations yet (the GDN kernels read bf16 or fp32)",
                        format_name(s.act_format));

@@ -110,7 +110,7 @@ struct Mamba2VerifyLaunch {
   int window = 4;
   int interval = 16;
   int hist = 20;      // L_hist of the flush rule (>= interval + window)
-  int capacity = 32;  // ring entries per slot, a power of two >= hist
+  int capacity = 32;  // ring entries per slot: a power of two >= spec_ring_capacity(hist, window)
   Format ckpt_format = Format::FP32;
   void* d_ckpt = nullptr;  // [pool, H, P, N]
   bool dual = false;

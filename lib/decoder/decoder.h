@@ -37,6 +37,9 @@ class Decoder {
   // Advances over steps [s0, s0 + n) of `chunk` (chunk-local indices; steps arrive in trace order, none skipped)
   // and writes the outputs of those steps to y: [n, seqs, out_elems].
   virtual void advance(const InputChunk& chunk, int s0, int n, double* y) = 0;
+  // Steps past s0 + n whose inputs advance() may read from the chunk (the runner keeps that many more in it, fewer
+  // at the trace's end): a speculative GPU decoder verifies a whole window at once, reaching past the span's end.
+  virtual int lookahead() const { return 0; }
   // The state copies as they stand now (views, see StateCopy).
   virtual std::vector<StateCopy> state() const = 0;
 };

@@ -48,16 +48,19 @@ bool run_lockstep(const LockstepSettings& st, TraceSource& src, std::vector<Lock
   std::vector<double> ref_logits;
   std::vector<double> kl_rows, top1_rows;
 
+  int ahead = 0;  // steps the decoders may read past a chunk (Decoder::lookahead)
+  for (const auto& a : runs) ahead = std::max(ahead, a.dec->lookahead());
   InputChunk in;
   std::vector<double> y_ref;
   std::vector<double> fresh_s, fresh_r;  // rows of a speculative decoder's state copy that have just flushed
   for (long long s0 = 0; s0 < st.steps; s0 += st.chunk) {
     const int n = static_cast<int>(std::min<long long>(st.chunk, st.steps - s0));
+    const int with_ahead = static_cast<int>(std::min<long long>(static_cast<long long>(n) + ahead, st.steps - s0));
     if (src_mutex) {
       std::lock_guard<std::mutex> lock(*src_mutex);
-      src.read(s0, n, in);
+      src.read(s0, with_ahead, in);
     } else {
-      src.read(s0, n, in);
+      src.read(s0, with_ahead, in);
     }
     if (act != Format::FP32)
       for (auto& d : in.data) round_nearest_inplace(act, d.data(), d.size());

@@ -145,6 +145,12 @@ std::string run_experiment(const Config& cfg, std::ostream& out, const RunnerOpt
   if (pl.kl && !src->readout().empty() && src->readout_vocab() < 2)
     throw FormatError(fmt::format("{}: readout has fewer than 2 rows", src->describe()));
   const std::vector<RunSpec> specs = expand_sweep(cfg, pl.model.family);
+  for (const auto& s : specs)
+    if (s.skip_reason.empty() && s.scheme.speculative() && s.scheme.acceptance.kind == Acceptance::Kind::Trace &&
+        pl.model.spec_accepted.empty())
+      throw ConfigError(fmt::format("config key 'spec.acceptance': 'trace' needs the trace's dataset '/spec/accepted', "
+                                    "which {} does not have",
+                                    src->describe()));
 
   // This shard's points; skipped ones are announced and recorded.
   std::vector<const RunSpec*> mine;

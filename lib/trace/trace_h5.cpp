@@ -222,6 +222,7 @@ struct H5TraceSource::Impl {
   std::vector<double> read_param(hid_t loc, const std::string& name, const std::vector<hsize_t>& expect);
   void open_inputs();
   void open_readout();
+  void open_spec_accepted();
   void read(long long step0, int nsteps, InputChunk& out, bool check);
 };
 
@@ -339,6 +340,7 @@ void H5TraceSource::Impl::open() {
     fail(path, "attribute 'seqs' = {} disagrees with dataset '{}', which has {} sequences", seqs_attr, inputs[0].name,
          seqs);
   open_readout();
+  open_spec_accepted();
 }
 
 void H5TraceSource::Impl::open_inputs() {
@@ -420,6 +422,34 @@ void H5TraceSource::Impl::open_readout() {
   for (size_t i = 0; i < readout.size(); ++i)
     if (!std::isfinite(readout[i]))
       fail(path, "dataset '{}' has a non-finite value ({}) at row {}, column {}", full, readout[i], i / E, i % E);
+}
+
+// Speculative decoding's recorded acceptance (docs/trace_format.md): int [seqs, windows], the tokens each successive
+// verify window of a sequence committed (>= 1). Optional; read whole (a few bytes per window).
+void H5TraceSource::Impl::open_spec_accepted() {
+  const std::string full = "/spec/accepted";
+  if (!h5::exists(file, "/spec") || !h5::exists(file, full)) return;
+  Handle ds = open_dataset(file, full, path);
+  Handle type(H5Dget_type(ds));
+  if (H5Tget_class(type) != H5T_INTEGER)
+    fail(path, "dataset '{}' has dtype {}, expected an integer type", full, dtype_name(type));
+  const auto shape = dataset_shape(ds, full, path);
+  if (shape.size() != 2 || shape[0] != static_cast<hsize_t>(seqs) || shape[1] == 0 ||
+      shape[1] > static_cast<hsize_t>(kMaxDim))
+    fail(path, "dataset '{}' has shape {}, expected [{}, windows] (one row per sequence, windows >= 1)", full,
+         shape_string(shape), seqs);
+  std::vector<int> v(static_cast<size_t>(shape[0] * shape[1]));
+  if (H5Dread(ds, H5T_NATIVE_INT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0)
+    fail(path, "cannot read dataset '{}' (truncated or corrupt file)", full);
+  model.spec_accepted.assign(shape[0], {});
+  for (hsize_t q = 0; q < shape[0]; ++q)
+    for (hsize_t w = 0; w < shape[1]; ++w) {
+      const int t = v[q * shape[1] + w];
+      if (t < 1)
+        fail(path, "dataset '{}' holds {} at sequence {}, window {}: a window commits at least one token", full, t, q,
+             w);
+      model.spec_accepted[q].push_back(t);
+    }
 }
 
 void H5TraceSource::Impl::read(long long step0, int nsteps, InputChunk& out, bool check) {
