@@ -64,6 +64,8 @@ int cmd_run(const Args& args) {
   if (ro.jobs < 1) throw ConfigError(fmt::format("replayssm run: --jobs must be at least 1 (got {})", ro.jobs));
   ro.resume = vm.count("resume") > 0;
   if (vm.count("shard")) std::tie(ro.shard_index, ro.shard_count) = parse_shard(vm["shard"].as<std::string>());
+  if (model && (ro.resume || ro.shard_count > 1))
+    throw ConfigError("replayssm run: --resume and --shard are not supported with [model] (model.weights set)");
   if (vm.count("dry-run")) {
     read_settings(cfg);  // the same checks of [run] and [metrics] as a real run
     fmt::print("{}\n", cfg.resolved_text());
