@@ -13,6 +13,7 @@
 #include <string>
 #include <type_traits>
 
+#include "common/warp_reduce.cuh"  // reduce_scatter (the speculative verify)
 #include "gdn/gdn_kernels.h"
 #include "model/formulas.h"
 #include "numeric/bits.h"
@@ -178,50 +179,6 @@ __device__ inline void load_normalised(const GdnStepArgs& a, int row, int hk, fl
   const float iq = l2norm_factor<float>(tq, a.eps, qscale), ik = l2norm_factor<float>(tk, a.eps, 1.0f);
   for (int i = tid; i < K; i += kThreads) s_q[i] *= iq, s_k[i] *= ik;
   __syncthreads();
-}
-
-// Speculative verify (gdn_verify.cu): N per-lane partial sums (N a power of two) reduced over the `lanes`
-// consecutive lanes of a state row (a power of two <= 32) with about N shuffles instead of row_sum's N·log2(lanes):
-// each step sends half of the values still held to the partner lane and keeps the other half. Every value's
-// additions form row_sum's tree (the same partner offsets in the same order, own value first), so a dot reduced
-// here equals row_sum's bit for bit. Afterwards the lane holds complete sums of values first .. first + count − 1
-// in v[0 .. count), count = max(N / lanes, 1); `owner` is false on lanes holding a duplicate (N < lanes).
-// Every lane of the warp must call it (full-mask shuffles).
-struct Scattered {
-  int first = 0, count = 1;
-  bool owner = true;
-};
-template <int N, int kStep>
-__device__ inline void scatter_step(float (&v)[N], int lanes, int lane, Scattered& r) {
-  if constexpr (kStep < 5) {
-    const int o = lanes >> (kStep + 1);
-    if (o == 0) return;
-    constexpr int n = N >> kStep;
-    const bool hi = (lane & o) != 0;
-    if constexpr (n >= 2) {
-      constexpr int half = n / 2;
-#pragma unroll
-      for (int i = 0; i < half; ++i) {
-        const float send = hi ? v[i] : v[i + half];
-        const float keep = hi ? v[i + half] : v[i];
-        v[i] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, o);
-      }
-      if (hi) r.first += half;
-      r.count = half;
-    } else {
-      v[0] += __shfl_xor_sync(0xFFFFFFFFu, v[0], o);
-      if (hi) r.owner = false;
-    }
-    scatter_step<N, kStep + 1>(v, lanes, lane, r);
-  }
-}
-template <int N>
-__device__ inline Scattered reduce_scatter(float (&v)[N], int lanes) {
-  static_assert(N >= 1 && (N & (N - 1)) == 0, "N must be a power of two");
-  Scattered r;
-  r.count = N;
-  scatter_step<N, 0>(v, lanes, static_cast<int>(threadIdx.x & 31u), r);
-  return r;
 }
 
 // Four fp32 values rounded to T (bf16 or fp16) in place: what store_narrow4 writes, as the reader of that copy sees it.

@@ -18,6 +18,7 @@
 
 #include "common/cuda_check.h"
 #include "common/spec_kernels.h"
+#include "common/warp_reduce.cuh"
 #include "mamba2/mamba2_device.cuh"
 
 namespace rssm {
@@ -81,24 +82,43 @@ __device__ inline void verify_out(const Mamba2StepArgs& a, const VerifyCtx& t, c
   store_y(a.d_y, rr * t.ys + static_cast<long long>(t.h) * t.P + p, t.y_bf16, out);
 }
 
-// The T dots of one state row segment (this lane's kVec values) with the C_s, reduced over the row's lanes.
-template <int kVec>
+// The T dots of one state row segment (this lane's kVec values) with the C_s, reduced over the row's lanes with
+// reduce_scatter (about TP shuffles for all positions instead of T·log2(lanes)); the lanes then write the outputs of
+// the positions they hold in parallel. TP: T rounded up to a power of two (positions >= T are zeros, never written).
+template <int kVec, int TP>
 __device__ inline void window_dots(const Mamba2StepArgs& a, const VerifyCtx& t, const float* sm, const VerifySmem& L,
                                    int lanes, int c, int p, const float (&v)[kVec]) {
-  for (int s = 0; s < t.T; ++s) {
-    const float* C = sm + L.off_C() + s * L.n4() + c * kVec;
-    float acc = 0.0f;
+  float acc[TP];
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) acc = fmaf(v[k], C[k], acc);
-    acc = row_sum(acc, lanes);
-    if (c == 0 && p < t.p_end) verify_out(a, t, sm, L, s, p, acc);
+  for (int s = 0; s < TP; ++s) {
+    acc[s] = 0.0f;
+    if (s < t.T) {
+      const float* C = sm + L.off_C() + s * L.n4() + c * kVec;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) acc[s] = fmaf(v[k], C[k], acc[s]);
+    }
   }
+  const Scattered r = reduce_scatter<TP>(acc, lanes);
+  if (r.owner && p < t.p_end)
+#pragma unroll
+    for (int i = 0; i < TP; ++i)
+      if (i < r.count && r.first + i < t.T) verify_out(a, t, sm, L, r.first + i, p, acc[i]);
 }
 
 constexpr int kVerifyRows = 4;  // state rows a thread streams per chunk (registers: several CTAs per SM)
+// As the replay step (mamba2_replay.cu): the prologue's dependent reads queue behind other CTAs' streams, so what
+// keeps the bandwidth busy is many resident CTAs and the tile already on its way into L2 underneath the prologue.
+constexpr int kVerifyMinBlocks = 8;
+constexpr int kRingAcc = 8;  // ring-sum accumulators a thread holds at once (windows of more positions: more passes)
 
-template <class A, class CK, class RD>
-__global__ void __launch_bounds__(kThreads) mamba2_verify_kernel(Mamba2VerifyLaunch l, int ptiles) {
+// Starts `bytes` at p on their way into L2 (a hint: no registers held, nothing waited for).
+__device__ inline void verify_prefetch_l2(const void* p, long long bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (long long i = 128LL * threadIdx.x; i < bytes; i += 128LL * kThreads) asm volatile("prefetch.global.L2 [%0];" ::"l"(c + i));
+}
+
+template <class A, class CK, class RD, int TP>
+__global__ void __launch_bounds__(kThreads, kVerifyMinBlocks) mamba2_verify_kernel(Mamba2VerifyLaunch l, int ptiles) {
   extern __shared__ float4 smem4[];
   float* sm = reinterpret_cast<float*>(smem4);
   const Mamba2StepArgs& a = l.step;
@@ -114,11 +134,17 @@ __global__ void __launch_bounds__(kThreads) mamba2_verify_kernel(Mamba2VerifyLau
   const VerifySmem L{N, T, l.hist + T, tile_rows, l.hist};
   const int R4 = VerifySmem::up4(tile_rows);
   constexpr bool kDual = !std::is_void<RD>::value;
+  const long long tile_off = (static_cast<long long>(slot) * H + h) * P * N + static_cast<long long>(p_begin) * N;
+  using Src = typename std::conditional<kDual, RD, CK>::type;  // what a window without a flush streams
+  verify_prefetch_l2(static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) + tile_off,
+                     static_cast<long long>(rows) * N * sizeof(Src));
   const int cap = l.capacity, mask = cap - 1;
   // A corrupt cursor must not send ring accesses past the entries in use.
   const int hc = min(max(l.d_fill[slot], 0), l.hist);
   const int base = l.d_base[slot] & mask;
   const bool flush = spec_flushes(hc, l.interval, T, l.hist);
+  if (kDual && flush)
+    verify_prefetch_l2(static_cast<const CK*>(l.d_ckpt) + tile_off, static_cast<long long>(rows) * N * sizeof(CK));
   const int hv = flush ? 0 : hc;  // committed entries the window reads
   auto idx = [&](int e) { return static_cast<long long>((base + e) & mask); };
   const long long head_off = (static_cast<long long>(slot) * H + h) * P * N;
@@ -229,24 +255,26 @@ __global__ void __launch_bounds__(kThreads) mamba2_verify_kernel(Mamba2VerifyLau
   const int H4 = VerifySmem::up4(l.hist);
   for (int pl = tid; pl < rows; pl += kThreads) {
     const int p = p_begin + pl;
-    float acc[kMaxSpecWindow];
+    for (int s0 = 0; s0 < T; s0 += kRingAcc) {  // kRingAcc positions at a time, each accumulated over entries in order
+      float acc[kRingAcc];
 #pragma unroll
-    for (int s = 0; s < kMaxSpecWindow; ++s) acc[s] = 0.0f;
-    for (int e = 0; e < hv; ++e) {
-      const float xe = bf16_bits_to_float(rx[idx(e) * H * P + p]);
+      for (int s = 0; s < kRingAcc; ++s) acc[s] = 0.0f;
+      for (int e = 0; e < hv; ++e) {
+        const float xe = bf16_bits_to_float(rx[idx(e) * H * P + p]);
 #pragma unroll
-      for (int s = 0; s < kMaxSpecWindow; ++s)
-        if (s < T) acc[s] = fmaf(sm[L.off_W() + s * E4 + e], xe, acc[s]);
+        for (int s = 0; s < kRingAcc; ++s)
+          if (s0 + s < T) acc[s] = fmaf(sm[L.off_W() + (s0 + s) * E4 + e], xe, acc[s]);
+      }
+      for (int j = 0; j < T; ++j) {
+        const float xj = sm[L.off_xw() + j * R4 + pl];
+#pragma unroll
+        for (int s = 0; s < kRingAcc; ++s)
+          if (s0 + s < T && s0 + s >= j) acc[s] = fmaf(sm[L.off_W() + (s0 + s) * E4 + hv + j], xj, acc[s]);
+      }
+#pragma unroll
+      for (int s = 0; s < kRingAcc; ++s)
+        if (s0 + s < T) sm[L.off_ring() + (s0 + s) * R4 + pl] = acc[s];
     }
-    for (int j = 0; j < T; ++j) {
-      const float xj = sm[L.off_xw() + j * R4 + pl];
-#pragma unroll
-      for (int s = 0; s < kMaxSpecWindow; ++s)
-        if (s < T && s >= j) acc[s] = fmaf(sm[L.off_W() + s * E4 + hv + j], xj, acc[s]);
-    }
-#pragma unroll
-    for (int s = 0; s < kMaxSpecWindow; ++s)
-      if (s < T) sm[L.off_ring() + s * R4 + pl] = acc[s];
     if (flush)
       for (int e = 0; e < hc; ++e)
         sm[L.off_u() + pl * H4 + e] = sm[L.off_wf() + e] * bf16_bits_to_float(rx[idx(e) * H * P + p]);
@@ -260,7 +288,6 @@ __global__ void __launch_bounds__(kThreads) mamba2_verify_kernel(Mamba2VerifyLau
   t.y_bf16 = a.y_format == Format::BF16;
   t.gated = a.d_z != nullptr;
   if (!flush) {
-    using Src = typename std::conditional<kDual, RD, CK>::type;
     const TileLayout<Src> lay(N);
     constexpr int kVec = TileLayout<Src>::kVec;
     const Src* src = static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) + head_off + lay.c * kVec;
@@ -271,7 +298,7 @@ __global__ void __launch_bounds__(kThreads) mamba2_verify_kernel(Mamba2VerifyLau
       for (int u = 0; u < kVerifyRows; ++u) {
         float v[kVec];
         StateVec<Src>::unpack(q[u], v);
-        window_dots<kVec>(a, t, sm, L, lay.lanes, lay.c, p0 + u * lay.rpp + lay.rsub, v);
+        window_dots<kVec, TP>(a, t, sm, L, lay.lanes, lay.c, p0 + u * lay.rpp + lay.rsub, v);
       }
     }
     return;
@@ -304,7 +331,7 @@ __global__ void __launch_bounds__(kThreads) mamba2_verify_kernel(Mamba2VerifyLau
 #pragma unroll
         for (int k = 0; k < kVec; ++k) v[k] = stored_as<RD>(v[k]);  // the window reads the read copy
       }
-      window_dots<kVec>(a, t, sm, L, lay.lanes, lay.c, p, v);
+      window_dots<kVec, TP>(a, t, sm, L, lay.lanes, lay.c, p, v);
     }
   }
 }
@@ -315,7 +342,8 @@ void launch_verify(const Mamba2VerifyLaunch& l, int ptiles, cudaStream_t stream)
   if (blocks > 0x7FFFFFFFLL) bad_launch("mamba2_verify", "batch · H · tiles exceeds the grid limit");
   const VerifySmem L{l.step.dims.N, l.window, l.hist + l.window, (l.step.dims.P + ptiles - 1) / ptiles, l.hist};
   const size_t bytes = static_cast<size_t>(L.floats()) * sizeof(float);
-  auto kernel = mamba2_verify_kernel<A, CK, RD>;
+  auto kernel = l.window <= 4 ? mamba2_verify_kernel<A, CK, RD, 4>
+                : l.window <= 8 ? mamba2_verify_kernel<A, CK, RD, 8> : mamba2_verify_kernel<A, CK, RD, 16>;
   if (bytes > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(l, ptiles);

@@ -1,0 +1,52 @@
+// Warp reductions the kernels of both families share. Device code only, for kernels/*/*.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace rssm {
+
+// The speculative verify kernels (gdn_verify.cu, mamba2_verify.cu): N per-lane partial sums (N a power of two)
+// reduced over the `lanes` consecutive lanes of a state row (a power of two <= 32) with about N shuffles instead of row_sum's N·log2(lanes):
+// each step sends half of the values still held to the partner lane and keeps the other half. Every value's
+// additions form row_sum's tree (the families' device headers) (the same partner offsets in the same order, own value first), so a dot reduced
+// here equals row_sum's bit for bit. Afterwards the lane holds complete sums of values first .. first + count − 1
+// in v[0 .. count), count = max(N / lanes, 1); `owner` is false on lanes holding a duplicate (N < lanes).
+// Every lane of the warp must call it (full-mask shuffles).
+struct Scattered {
+  int first = 0, count = 1;
+  bool owner = true;
+};
+template <int N, int kStep>
+__device__ inline void scatter_step(float (&v)[N], int lanes, int lane, Scattered& r) {
+  if constexpr (kStep < 5) {
+    const int o = lanes >> (kStep + 1);
+    if (o == 0) return;
+    constexpr int n = N >> kStep;
+    const bool hi = (lane & o) != 0;
+    if constexpr (n >= 2) {
+      constexpr int half = n / 2;
+#pragma unroll
+      for (int i = 0; i < half; ++i) {
+        const float send = hi ? v[i] : v[i + half];
+        const float keep = hi ? v[i + half] : v[i];
+        v[i] = keep + __shfl_xor_sync(0xFFFFFFFFu, send, o);
+      }
+      if (hi) r.first += half;
+      r.count = half;
+    } else {
+      v[0] += __shfl_xor_sync(0xFFFFFFFFu, v[0], o);
+      if (hi) r.owner = false;
+    }
+    scatter_step<N, kStep + 1>(v, lanes, lane, r);
+  }
+}
+template <int N>
+__device__ inline Scattered reduce_scatter(float (&v)[N], int lanes) {
+  static_assert(N >= 1 && (N & (N - 1)) == 0, "N must be a power of two");
+  Scattered r;
+  r.count = N;
+  scatter_step<N, 0>(v, lanes, static_cast<int>(threadIdx.x & 31u), r);
+  return r;
+}
+
+}  // namespace rssm
