@@ -1,5 +1,7 @@
 #include "run/summary_table.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
@@ -36,7 +38,9 @@ void print_table(std::ostream& out, const std::vector<RunRecord>& recs, bool kl)
     }
     if (varies && k != "decoder") varying.push_back(k);  // the decoder name column already says it
   }
-  std::string head = fmt::format("{:<9} {:<22}", "run", "decoder");
+  size_t label_w = 22;  // the decoder column fits the longest label (cuda and speculative labels run longer)
+  for (const auto& r : recs) label_w = std::max(label_w, cell_text(r.summary, "decoder_label", "{}").size());
+  std::string head = fmt::format("{:<9} {:<{}}", "run", "decoder", label_w);
   for (const auto& k : varying) head += fmt::format(" {:>12}", k.substr(0, 12));
   head += fmt::format(" {:>11} {:>11} {:>11}", "rel err", "rel max", "rel final");
   if (kl) head += fmt::format(" {:>10} {:>7}", "KL", "top1");
@@ -45,7 +49,7 @@ void print_table(std::ostream& out, const std::vector<RunRecord>& recs, bool kl)
   head += fmt::format(" {:>9} {:>11}", "bytes/eag", "cpu us/step");
   fmt::print(out, "{}\n", head);
   for (const auto& r : recs) {
-    std::string line = fmt::format("{:<9} {:<22}", r.id, cell_text(r.summary, "decoder_label", "{}"));
+    std::string line = fmt::format("{:<9} {:<{}}", r.id, cell_text(r.summary, "decoder_label", "{}"), label_w);
     for (const auto& k : varying) line += fmt::format(" {:>12}", cell_text(r.summary, k, "{}"));
     if (!r.completed()) {
       const std::string why = cell_text(r.summary, "skip_reason", "{}");
