@@ -117,6 +117,46 @@ def step_times(df: pd.DataFrame, stat: str = "median") -> pd.DataFrame:
     return agg.reset_index(drop=True)
 
 
+_SPEC_CASE = re.compile(r"^(mamba2|gdn)/T:(\d+)/batch:(\d+)$")
+
+
+def read_spec_benchmark(path: str, stat: str = "median") -> tuple[pd.DataFrame, dict]:
+    """bench_spec_cuda JSON (experiments/bench_spec_cuda.cu): one row per (family, batch, window) with the counters
+    as columns (us_verify, us_verify_flush, us_verify_amortised, us_per_token, us_eager_verify, us_eager_per_token,
+    us_replay_amortised, mean_committed, bytes_*, ...), and the context. Its case names (`mamba2/T:4/batch:256`) carry
+    the family, unlike the per-family benchmarks, so it has its own reader; the commit cases are left out."""
+    with open(path) as fh:
+        doc = json.load(fh)
+    ctx = dict(doc.get("context", {}))
+    for k, v in list(ctx.items()):
+        if isinstance(v, str):
+            try:
+                ctx[k] = float(v)
+            except ValueError:
+                pass
+    picked, singles = {}, {}
+    for b in doc.get("benchmarks", []):
+        m = _SPEC_CASE.match(re.sub(r"/iterations:.*$", "", b.get("run_name", b["name"])))
+        if not m:
+            continue
+        key = (m.group(1), int(m.group(3)), int(m.group(2)))
+        if b.get("aggregate_name") == stat:
+            picked[key] = b
+        elif b.get("run_type") == "iteration":
+            singles.setdefault(key, b)  # a run without repetitions (--once) has only these
+    for key, b in singles.items():
+        picked.setdefault(key, b)
+    rows = []
+    for (fam, batch, window), b in picked.items():
+        row = {k: v for k, v in b.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        row.update(family=fam, batch=batch, window=window, file=path)
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        df = df.sort_values(["family", "batch", "window"]).reset_index(drop=True)
+    return df, ctx
+
+
 def find_benchmarks(*roots: str, pattern: str = "bench_*cuda*.json") -> list[str]:
     """Benchmark JSON files under the given folders (recursively), newest first by the date in their context, then
     by modification time."""
@@ -136,6 +176,15 @@ def find_benchmarks(*roots: str, pattern: str = "bench_*cuda*.json") -> list[str
         return (date, os.path.getmtime(p))
 
     return sorted(set(found), key=when, reverse=True)
+
+
+def newest_spec(paths: list[str]) -> str | None:
+    """The newest speculative benchmark (bench_spec_cuda*.json) among `paths` (ordered newest first); the
+    per-family readers skip it, since its family is in each case's name rather than in the file's context."""
+    for p in paths:
+        if os.path.basename(p).startswith("bench_spec"):
+            return p
+    return None
 
 
 def newest_by_family(paths: list[str]) -> dict[str, str]:

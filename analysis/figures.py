@@ -273,45 +273,100 @@ def gpu_speedup(bench: pd.DataFrame | None, interval: int | None = None, pub=Non
 
 
 # 5 ---------------------------------------------------------------------------------------------------------------
-def spec_verify(bench: pd.DataFrame | None, pub=None):
-    """Speculative verify cost (one verify call of T drafts) relative to a standard step against the window T, and
-    time per accepted token (all T accepted). From benchmark rows whose scheme is spec-eager / spec-replay; the
-    published verify costs (METHOD.md at T = 6, GPU.md at T = 4) beside them."""
-    fig, (a_cost, a_tok) = _figure(2, "Speculative verify against the window T")
+SPEC_COLOUR = {"replay": DECODER_COLOUR["replay"], "eager": DECODER_COLOUR["eager"], "standard": PALETTE[3]}
+_SPEC_FAMILY = {"mamba2": "Mamba-2 (Super-120B)", "gdn": "GDN (Qwen3.5-4B)"}
+
+
+def _spec_pub_star(ax, x, value, colour, label, hollow=False):
+    """Published points of this figure are coloured by the series they stand beside (three of them sit within 1% of
+    each other at T = 4), still black-edged stars; hollow when derived from a published value rather than quoted."""
+    style = dict(PUBLISHED_STYLE, markerfacecolor="white" if hollow else colour)
+    if hollow:
+        style["markeredgecolor"] = colour
+    ax.plot([x], [value], **style, label=label)
+
+
+def spec_verify(spec: pd.DataFrame | None, ctx: dict | None = None, batches=(256, 64), pub=None):
+    """Speculative decoding on the GPU against the window T (bench_spec_cuda JSON read by
+    analysis.bench.read_spec_benchmark), one row of panels per family: µs per verify call, µs per accepted token
+    (the verify amortised over flushes at the run's acceptance p, divided by the mean committed tokens per window),
+    and modelled DRAM bytes per committed token and sequence. Replay verify, the eager speculative baseline (T states
+    written) and the standard replay step (one token per step) side by side; the first batch in `batches` drawn
+    solid, the others light and dashed. The band around the replay verify spans its non-flushing and flushing
+    calls. Published kernels (issue 12: batch 256, T = 4) as stars; in the per-token panel their verify times divided
+    by our mean committed count at T = 4 (hollow), since they were published per call."""
     p = pub or load_published()
-    spec = None
-    if bench is not None and not bench.empty:
-        from .bench import step_times
-        st = step_times(bench)
-        spec = st[st["scheme"].astype(str).str.startswith("spec")]
-    if spec is None or spec.empty:
-        why = "speculative benchmark rows (spec-eager / spec-replay); no speculative decoder yet"
-        _missing(a_tok, why)
-        a_cost.text(0.02, 0.97, "ours: " + why, transform=a_cost.transAxes, fontsize=6, va="top")
-    else:
-        std = st[(st["scheme"] == "eager")].set_index(["family", "state_format", "batch"])["time_us"]
-        for i, ((fam, sch, sf, b), g) in enumerate(spec.groupby(["family", "scheme", "state_format", "batch"])):
-            g = g.sort_values("window")
-            base = std.get((fam, sf, b), np.nan)
-            a_cost.plot(g["window"].astype(float), g["time_us"] / base, marker="o", color=PALETTE[i % 8],
-                        label=f"{fam} {sch} {sf} b={b}")
-            a_tok.plot(g["window"].astype(float), g["time_us"] / g["window"].astype(float), marker="o",
-                       color=PALETTE[i % 8], label=f"{fam} {sch} {sf} b={b}")
-        a_tok.legend(loc="best")
-    _pub_point(a_cost, 6, p["spec_eager_verify_cost_T6"], "published: eager verify, T=6")
-    _pub_point(a_cost, 6.15, p["spec_replay_verify_cost_T6"], "published: replay verify, T=6")
-    # GPU.md's verify times over the standard replay step of the same run (356 µs Mamba-2, 153 µs GDN).
-    for key, std_us, lab in (("us_mamba2_spec_eager_T4_b256", 356, "Mamba-2 eager"),
-                             ("us_mamba2_spec_replay_T4_b256", 356, "Mamba-2 replay"),
-                             ("us_gdn_spec_eager_T4_b256", 153, "GDN eager"),
-                             ("us_gdn_spec_replay_T4_b256", 153, "GDN replay")):
-        e = dict(p[key])
-        e["value"] = e["value"] / std_us
-        _pub_point(a_cost, 4, e, None)
-        a_cost.annotate(lab, (4, e["value"]), fontsize=5, xytext=(5, 0), textcoords="offset points")
-    a_cost.set(yscale="log", xlabel="window T (draft tokens)", ylabel="verify cost / standard step (×)")
-    a_tok.set(xlabel="window T (draft tokens)", ylabel="GPU µs per accepted token")
-    a_cost.legend(loc="lower right")
+    fams = ["mamba2", "gdn"]
+    fig, grid = plt.subplots(2, 3, figsize=(12.6, 6.6), squeeze=False)
+    ctx = ctx or {}
+    parts = (ctx.get("gpu"), f"acceptance p = {ctx['p']:.2f}" if finite(ctx.get("p")) else None,
+             f"interval {ctx['interval']:.0f}" if finite(ctx.get("interval")) else None)
+    what = ", ".join(str(x) for x in parts if x)
+    fig.suptitle("Speculative verify against the window T" + (f" ({what})" if what else ""))
+    have = spec is not None and not spec.empty
+    for row, fam in zip(grid, fams):
+        a_call, a_tok, a_bytes = row
+        d = spec[spec["family"] == fam] if have else None
+        if d is None or d.empty:
+            for a in (a_tok, a_bytes):
+                _missing(a, f"bench_spec_cuda*.json ({fam})")
+        else:
+            for j, b in enumerate(batches):
+                g = d[d["batch"] == b].sort_values("window")
+                if g.empty:
+                    continue
+                T = g["window"].astype(float).to_numpy()
+                main = j == 0
+                kw = dict(marker="o", alpha=1.0 if main else 0.45, linestyle="-" if main else "--",
+                          markerfacecolor=None if main else "none")
+                bl = f", b={b}"
+                series = (("replay", "replay verify", "us_verify_amortised", "us_per_token"),
+                          ("eager", "eager spec. verify", "us_eager_verify", "us_eager_per_token"),
+                          ("standard", "standard replay step", "us_replay_amortised", "us_replay_amortised"))
+                for key, lab, per_call, per_tok in series:
+                    c = SPEC_COLOUR[key]
+                    a_call.plot(T, g[per_call], color=c, label=lab + bl, **kw)
+                    a_tok.plot(T, g[per_tok], color=c, label=lab + bl, **kw)
+                if main:
+                    a_call.fill_between(T, g["us_verify"], g["us_verify_flush"], color=SPEC_COLOUR["replay"],
+                                        alpha=0.15, lw=0, label="replay verify: non-flush … flush")
+                    per_seq = g["batch"].astype(float) * 1e6  # MB per sequence
+                    a_bytes.plot(T, g["bytes_verify_amortised"] / per_seq / g["mean_committed"], marker="o",
+                                 color=SPEC_COLOUR["replay"], label=f"replay verify{bl}")
+                    a_bytes.plot(T, g["bytes_eager_verify"] / per_seq / g["mean_committed"], marker="o",
+                                 color=SPEC_COLOUR["eager"], label=f"eager spec. verify{bl}")
+                    a_bytes.plot(T, g["bytes_replay_amortised"] / per_seq, marker="o", color=SPEC_COLOUR["standard"],
+                                 label=f"standard replay step{bl}")
+        ids = {k: p.get(f"us_{fam}_spec_{k}_T4_b256") for k in ("eager", "replay", "standard")}
+        if all(ids.values()):
+            _spec_pub_star(a_call, 3.85, ids["eager"]["value"], SPEC_COLOUR["eager"], "published: eager verify")
+            _spec_pub_star(a_call, 3.85, ids["replay"]["value"], SPEC_COLOUR["replay"], "published: replay verify")
+            _spec_pub_star(a_call, 4.15, ids["standard"]["value"], SPEC_COLOUR["standard"],
+                           "published: standard step")
+            _spec_pub_star(a_tok, 4.15, ids["standard"]["value"], SPEC_COLOUR["standard"],
+                           "published: standard step")
+            m = d[(d["batch"] == 256) & (d["window"] == 4)]["mean_committed"] if d is not None and not d.empty else []
+            if len(m):
+                for k, x in (("eager", 3.85), ("replay", 3.85)):
+                    _spec_pub_star(a_tok, x, ids[k]["value"] / float(m.iloc[0]), SPEC_COLOUR[k],
+                                   f"published {k} verify ÷ {float(m.iloc[0]):.2f} committed", hollow=True)
+        name = _SPEC_FAMILY[fam]
+        a_call.set(yscale="log", ylabel=f"{name}\nGPU µs per verify call")
+        a_tok.set(yscale="log", ylabel="GPU µs per accepted token")
+        a_bytes.set(ylabel="modelled MB per committed token\nand sequence")
+        for a in (a_call, a_tok):
+            a.yaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+            a.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        for a in row:
+            a.set(xlabel="window T (positions per verify)", xticks=[2, 4, 6, 8], xlim=(1.5, 8.5))
+    # One legend for all six panels, below them: per-panel legends covered the published stars.
+    seen = {}
+    for a in (x for r in grid for x in r):
+        for h, lab in zip(*a.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    fig.tight_layout(rect=(0, 0.1, 1, 1))
+    if seen:
+        fig.legend(list(seen.values()), list(seen.keys()), loc="lower center", ncol=4, frameon=False)
     return fig
 
 

@@ -60,6 +60,18 @@ class Context:
             frames.append(df)
         return pd.concat(frames, ignore_index=True)
 
+    def spec_bench(self) -> tuple[pd.DataFrame | None, dict]:
+        """The newest speculative benchmark JSON as (one row per family, batch, T; its context), or (None, {})."""
+        p = _bench.newest_spec(self.bench_paths)
+        if p is None:
+            print("no speculative benchmark JSON (bench_spec_cuda*.json) found in",
+                  ", ".join(self.bench_paths) or "(nothing)")
+            return None, {}
+        df, ctx = _bench.read_spec_benchmark(p)
+        print(f"speculative GPU data: {p} ({ctx.get('gpu', '?')}, {ctx.get('date', '?')}, "
+              f"commit {str(ctx.get('git_commit', '?'))[:10]})")
+        return df, ctx
+
     def save(self, fig, name: str) -> list[str]:
         paths = _figures.save(fig, self.figures, name)
         print("wrote", ", ".join(paths))

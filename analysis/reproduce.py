@@ -117,10 +117,12 @@ def main(argv=None) -> int:
     bench_roots = a.bench or [os.path.join(ROOT, "benchmarks")]
     bench_files = B.find_benchmarks(*bench_roots)
     newest = B.newest_by_family(bench_files)
+    spec_file = B.newest_spec(bench_files)
     has_device = shutil.which("nvidia-smi") is not None and \
         subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
-    if newest:
-        progress("stage 2/4: GPU data from " + ", ".join(f"{f}: {os.path.relpath(p, ROOT)}" for f, p in newest.items())
+    if newest or spec_file:
+        found = dict(newest, **({"speculative": spec_file} if spec_file else {}))
+        progress("stage 2/4: GPU data from " + ", ".join(f"{f}: {os.path.relpath(p, ROOT)}" for f, p in found.items())
                  + ("" if has_device else " (no device here: the newest committed benchmark JSON)"))
     else:
         progress("stage 2/4: no GPU benchmark JSON under " + ", ".join(bench_roots) +
@@ -135,7 +137,7 @@ def main(argv=None) -> int:
 
     progress("stage 4/4: report.md")
     from .report import write_report
-    path = write_report(out, commands, newest, quick=a.quick, has_device=has_device)
+    path = write_report(out, commands, newest, quick=a.quick, has_device=has_device, spec_file=spec_file)
     missing = [n for n in expected_figures() if not all(
         os.path.getsize(p) > 0 for p in [os.path.join(fig_dir, f"{n}.{e}") for e in ("png", "svg")]
         if os.path.exists(p)) or not os.path.exists(os.path.join(fig_dir, f"{n}.png"))]

@@ -35,9 +35,14 @@ NOTEBOOKS = {
         "fig = figures.gpu_speedup(ctx.bench())",
         "gpu_speedup"),
     "5_spec_verify": (
-        "# Speculative verify\nVerify cost against the window T and time per accepted token (benchmark JSON with "
-        "spec-* rows).",
-        "fig = figures.spec_verify(ctx.bench())",
+        "# Speculative verify\nGPU µs per verify call, per accepted token (acceptance p of the run) and modelled "
+        "bytes per committed token against the window T: replay verify, the eager speculative baseline and the "
+        "standard replay step, per family at batch 256 and 64 (the newest bench_spec_cuda*.json; issue 12's "
+        "published kernels at batch 256, T = 4 as stars).",
+        "spec, bctx = ctx.spec_bench()\nfig = figures.spec_verify(spec, bctx)\n"
+        "cols = ['us_verify', 'us_verify_flush', 'us_verify_amortised', 'us_per_token', 'us_eager_verify',\n"
+        "        'us_eager_per_token', 'us_replay_amortised', 'mean_committed']\n"
+        "spec.set_index(['family', 'batch', 'window'])[cols].round(1) if spec is not None else None",
         "spec_verify"),
     "6_flush_arith": (
         "# Flush arithmetic\nfp32, tf32, 3xtf32, bf16 operands in the flush GEMM against drift "

@@ -5,7 +5,8 @@ function's axes and series, and the --quick reproduction end to end (every noteb
     REPLAYSSM=build/experiments/replayssm python3 -m pytest tests/python/test_analysis.py
 The binary defaults to build/experiments/replayssm; a missing binary is a failure, not a skip.
 tests/python/data/bench_mamba2_cuda_sample.json: a cut of a real bench_mamba2_cuda run on the H200 (medians of
-batch 1, 64, 256 at intervals 8 and 16, and the ceilings).
+batch 1, 64, 256 at intervals 8 and 16, and the ceilings); the speculative figure reads the committed
+benchmarks/bench_spec_cuda_h200.json whole.
 """
 from __future__ import annotations
 
@@ -20,9 +21,10 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
 
-from analysis import bench, figures, published, results  # noqa: E402
+from analysis import bench, figures, published, report, results  # noqa: E402
 
 BENCH = os.path.join(ROOT, "tests/python/data/bench_mamba2_cuda_sample.json")
+SPEC = os.path.join(ROOT, "benchmarks/bench_spec_cuda_h200.json")  # the committed H200 run of issue 12
 TINY = ["--set", "synth.preset=custom", "--set", "synth.family=mamba2", "--set", "synth.H=4", "--set", "synth.P=8",
         "--set", "synth.N=16", "--set", "synth.G=2", "--set", "synth.steps=64", "--set", "synth.seqs=2",
         "--set", "synth.slow_head_frac=0.25", "--set", "metrics.vocab=64"]
@@ -173,8 +175,8 @@ def test_every_figure(files):
     f = figures.gpu_speedup(None)
     assert all(any(t.get_text().startswith("no data") for t in a.texts) for a in f.axes)
 
-    f = figures.spec_verify(df)  # no spec rows in this JSON: published points, and the note
-    assert len(f.axes) == 2 and any("published: eager verify" in lab for lab in _labels(f.axes[0]))
+    f = figures.spec_verify(None)  # no speculative JSON: the published points, and the note
+    assert len(f.axes) == 6 and any("published: eager verify" in lab for lab in _labels(f.axes[0]))
     assert any(t.get_text().startswith("no data") for t in f.axes[1].texts)
 
     f = figures.flush_arith({"fp32": runs["replay-fp32-K8"], "tf32": runs["replay-bf16-K8"]})
@@ -191,11 +193,41 @@ def test_every_figure(files):
                                     "spec_verify", "flush_arith", "backend_diff"}
 
 
+def test_spec_benchmark_and_figure():
+    spec, ctx = bench.read_spec_benchmark(SPEC)
+    assert ctx["gpu"] == "NVIDIA H200" and ctx["p"] == pytest.approx(0.7)
+    assert len(spec) == 16 and set(spec["family"]) == {"mamba2", "gdn"} and set(spec["batch"]) == {64, 256}
+    assert sorted(set(spec["window"])) == [2, 4, 6, 8]
+    # us_per_token is the amortised verify over the mean committed count (the flush rule at the run's p).
+    assert np.allclose(spec["us_per_token"] * spec["mean_committed"], spec["us_verify_amortised"], rtol=1e-9)
+    assert bench.newest_spec(bench.find_benchmarks(os.path.dirname(SPEC))) == SPEC
+    f = figures.spec_verify(spec, ctx)
+    assert len(f.axes) == 6 and "H200" in f._suptitle.get_text()
+    for ax, fam in ((f.axes[0], "mamba2"), (f.axes[3], "gdn")):
+        assert ax.get_yscale() == "log" and not [t for t in ax.texts if t.get_text().startswith("no data")]
+        g = spec[(spec["family"] == fam) & (spec["batch"] == 256)].sort_values("window")
+        lines = {ln.get_label(): ln for ln in ax.get_lines()}
+        assert {"replay verify, b=256", "eager spec. verify, b=256", "standard replay step, b=256",
+                "replay verify, b=64", "published: eager verify", "published: replay verify",
+                "published: standard step"} <= set(lines)
+        assert list(lines["eager spec. verify, b=256"].get_xdata()) == [2, 4, 6, 8]
+        assert np.allclose(lines["replay verify, b=256"].get_ydata(), g["us_verify_amortised"])
+    tok = {ln.get_label(): ln for ln in f.axes[1].get_lines()}
+    assert np.allclose(tok["published replay verify ÷ 2.53 committed"].get_ydata(), [353 / 2.533])
+    assert len(f.axes[2].get_lines()) == 3 and f.axes[2].get_lines()[0].get_ydata()[1] < \
+        f.axes[2].get_lines()[2].get_ydata()[1]  # replay verify moves fewer bytes per token than a standard step
+    got = {r["id"]: r["ours"] for r in report.ours("/nonexistent", {}, SPEC)}
+    m4 = spec[(spec.family == "mamba2") & (spec.batch == 256) & (spec.window == 4)]
+    assert got["us_mamba2_spec_replay_T4_b256"] == pytest.approx(float(m4["us_verify_amortised"].iloc[0]))
+    assert {"us_gdn_spec_standard_T4_b256", "spec_eager_verify_cost_T6"} <= set(got)
+
+
 def test_quick_reproduction(tmp_path):
     out = tmp_path / "report"
     env = dict(os.environ, REPLAYSSM=replayssm(), OMP_WAIT_POLICY="passive")
     p = subprocess.run([os.path.join(ROOT, "scripts/reproduce.sh"), "--quick", "--out", str(out),
-                        "--bench", os.path.dirname(BENCH)], cwd=ROOT, capture_output=True, text=True, env=env)
+                        "--bench", os.path.dirname(BENCH), "--bench", SPEC], cwd=ROOT, capture_output=True, text=True,
+                       env=env)
     assert p.returncode == 0, p.stderr[-3000:]
     for stage in ("stage 1/4", "stage 2/4", "stage 3/4", "stage 4/4"):
         assert stage in p.stderr
@@ -207,3 +239,4 @@ def test_quick_reproduction(tmp_path):
     report = (out / "report.md").read_text()
     assert "| quantity | ours | published | ratio |" in report and "flush_arith.ini" in report
     assert "bench_mamba2_cuda_sample.json" in report
+    assert "bench_spec_cuda_h200.json" in report and "GDN replay speculative verify" in report
