@@ -38,11 +38,15 @@ NOTEBOOKS = {
         "# Speculative verify\nGPU µs per verify call, per accepted token (acceptance p of the run) and modelled "
         "bytes per committed token against the window T: replay verify, the eager speculative baseline and the "
         "standard replay step, per family at batch 256 and 64 (the newest bench_spec_cuda*.json; issue 12's "
-        "published kernels at batch 256, T = 4 as stars).",
+        "published kernels at batch 256, T = 4 as stars). Below the speed, the accuracy side from the CPU emulation "
+        "(configs/paper/spec_accuracy.ini): error of the committed positions against fp64 at T = 0, 2, 4.",
         "spec, bctx = ctx.spec_bench()\nfig = figures.spec_verify(spec, bctx)\n"
         "cols = ['us_verify', 'us_verify_flush', 'us_verify_amortised', 'us_per_token', 'us_eager_verify',\n"
         "        'us_eager_per_token', 'us_replay_amortised', 'mean_committed']\n"
-        "spec.set_index(['family', 'batch', 'window'])[cols].round(1) if spec is not None else None",
+        "if spec is not None:\n    display(spec.set_index(['family', 'batch', 'window'])[cols].round(1))\n"
+        "acc = ctx.summary('spec_accuracy')\n"
+        "acc[acc.status == 'ok'][['decoder_label', 'window', 'acceptance', 'out_rel_err_mean', 'kl_mean', "
+        "'tokens_per_step', 'bytes_vs_eager_fp32']] if acc is not None else None",
         "spec_verify"),
     "6_flush_arith": (
         "# Flush arithmetic\nfp32, tf32, 3xtf32, bf16 operands in the flush GEMM against drift "
