@@ -155,7 +155,7 @@ void SpecCudaDecoder::reset(const Model& model, int seqs) {
     win_[i].assign(S * T_ * specs[i].elems(), 0.0f);
     in_[i].assign(win_[i].size() * act_bytes_);
   }
-  y_.assign(S * T_ * out_elems_ * y_bytes_);
+  zeroed(y_, S * T_ * out_elems_ * y_bytes_);  // rows sitting a round out leave theirs unwritten; it is copied back
   y_host_.resize(y_.bytes());
   y_round_.resize(S * T_ * out_elems_);
   CUDA_CHECK(cudaStreamSynchronize(stream_));

@@ -58,7 +58,12 @@ template <class T>
 struct DevBuf {
   T* p = nullptr;
   size_t n = 0;
-  explicit DevBuf(size_t count) : n(count) { CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T))); }
+  // Zeroed at allocation (what a fresh allocation held in practice), so copying back a region no kernel wrote is
+  // not a read of uninitialised memory (compute-sanitizer initcheck).
+  explicit DevBuf(size_t count) : n(count) {
+    CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)));
+    CUDA_CHECK(cudaMemset(p, 0, std::max<size_t>(count, 1) * sizeof(T)));
+  }
   ~DevBuf() { cudaFree(p); }
   DevBuf(const DevBuf&) = delete;
   DevBuf& operator=(const DevBuf&) = delete;
