@@ -143,8 +143,8 @@ def write_report(out: str, commands: dict[str, str], bench_files: dict[str, str]
     rows = ours(os.path.join(out, "results"), bench_files, spec_file)
     lines = ["# Reproduction report", "",
              f"Made by `scripts/reproduce.sh{' --quick' if quick else ''}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."
-             + (" **Quick mode: reduced sizes (256 steps, 8 heads); the numbers only show the pipeline works.**"
-                if quick else ""), ""]
+             + (" **Quick mode: reduced sizes (256 steps, 8 heads, the LM over 64 bytes); the numbers only show the "
+                "pipeline works.**" if quick else ""), ""]
     if bench_files:
         lines.append("GPU numbers from " + ", ".join(f"`{os.path.basename(p)}` ({f})" for f, p in bench_files.items())
                      + ("" if has_device else ": no device on this machine, so the newest committed benchmark JSON")
@@ -172,7 +172,15 @@ def write_report(out: str, commands: dict[str, str], bench_files: dict[str, str]
     have = {r["id"] for r in rows}
     lines += ["", "Published numbers without one of ours yet: " +
               ", ".join(f"{e['quantity']} ({value_text(e)} {e['unit']})" for k, e in pub.items() if k not in have)
-              + ".", "", "## Figures", ""]
+              + ".", ""]
+    lm = os.path.join(out, "results", "e2e_kl.h5")
+    if os.path.exists(lm):
+        from .lm_report import teacher_table
+        lines += ["## End to end: the tiny hybrid language model", "",
+                  "Every SSM layer of data/tiny_hybrid under each scheme, teacher-forced over held-out text, against "
+                  f"the same model in fp64 (no published counterpart; `{commands.get('e2e_kl', 'e2e_kl')}`):", "",
+                  teacher_table(lm), ""]
+    lines += ["## Figures", ""]
     fig_dir = os.path.join(out, "figures")
     for f in sorted(os.listdir(fig_dir)) if os.path.isdir(fig_dir) else []:
         if f.endswith(".png"):

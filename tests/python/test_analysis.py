@@ -240,3 +240,6 @@ def test_quick_reproduction(tmp_path):
     assert "| quantity | ours | published | ratio |" in report and "flush_arith.ini" in report
     assert "bench_mamba2_cuda_sample.json" in report
     assert "bench_spec_cuda_h200.json" in report and "GDN replay speculative verify" in report
+    assert "## End to end: the tiny hybrid language model" in report and "| replay-bf16-K8 |" in report
+    ran = {p.stem for p in (out / "results").glob("*.h5")}
+    assert {"spec_accuracy", "e2e_kl", "recorded_tiny_hybrid_layer00_mamba2", "recorded_tiny_hybrid_layer04_gdn"} <= ran
