@@ -20,7 +20,7 @@ const char* kUsage =
     "recorded or synthetic SSM inputs and writes the measured errors to an HDF5 result file.\n"
     "\n"
     "subcommands:\n"
-    "  run CONFIG      run an experiment config (INI; comma lists in [scheme] keys are sweep axes)\n"
+    "  run CONFIG      run an experiment config (INI; comma lists in [scheme] and [spec] keys are sweep axes)\n"
     "  synth           write a synthetic trace file from the [synth] section of a config\n"
     "  inspect FILE    describe a trace or result file: geometry, steps, parameters, per-dataset statistics\n"
     "  traffic CONFIG  modelled memory traffic per decode step for every point of a config's sweep\n"
