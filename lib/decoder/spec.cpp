@@ -20,8 +20,8 @@ std::string Acceptance::text() const {
 Acceptance parse_acceptance(const std::string& s) {
   Acceptance a;
   const auto bad = [&](const std::string& why) {
-    return ConfigError(fmt::format("{}: expected all, fixed:N (N tokens per window), prob:P (0 <= P <= 1) or trace",
-                                   why));
+    return ConfigError(fmt::format(
+        "{}: expected all, fixed:N (N tokens per window), prob:P (0 <= P <= 1) or trace (got '{}')", why, s));
   };
   if (s == "all") {
     a.kind = Acceptance::Kind::All;
