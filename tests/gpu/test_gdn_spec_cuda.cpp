@@ -36,81 +36,12 @@
 #include "model/gdn.h"
 #include "numeric/bits.h"
 
+#include "gpu_test_util.h"
+
 using namespace rssm;
+using namespace rssm::gpu_test;
 
 namespace {
-
-bool have_device() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    (void)cudaGetLastError();
-    WARN("no CUDA device: GPU test skipped");
-    return false;
-  }
-  return true;
-}
-
-template <class T>
-struct DevBuf {
-  T* p = nullptr;
-  size_t n = 0;
-  // Zeroed at allocation (what a fresh allocation held in practice), so copying back a region no kernel wrote is
-  // not a read of uninitialised memory (compute-sanitizer initcheck).
-  explicit DevBuf(size_t count) : n(count) {
-    CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)));
-    CUDA_CHECK(cudaMemset(p, 0, std::max<size_t>(count, 1) * sizeof(T)));
-  }
-  ~DevBuf() { cudaFree(p); }
-  DevBuf(const DevBuf&) = delete;
-  DevBuf& operator=(const DevBuf&) = delete;
-  void put(const std::vector<T>& h) { CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice)); }
-  std::vector<T> get() const {
-    std::vector<T> h(n);
-    CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-  }
-  void copy_from(const DevBuf& o) { CUDA_CHECK(cudaMemcpy(p, o.p, n * sizeof(T), cudaMemcpyDeviceToDevice)); }
-};
-
-size_t width(Format f) { return f == Format::FP32 ? 4 : 2; }
-float round_to(Format f, float v) {
-  return f == Format::BF16 ? round_bf16(v) : f == Format::FP16 ? round_fp16(v) : v;
-}
-std::vector<uint8_t> encode(Format f, const std::vector<float>& v) {
-  std::vector<uint8_t> out(v.size() * width(f));
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (f == Format::FP32) {
-      std::memcpy(&out[4 * i], &v[i], 4);
-    } else {
-      const uint16_t b = f == Format::BF16 ? float_to_bf16_bits(v[i]) : float_to_fp16_bits(v[i]);
-      std::memcpy(&out[2 * i], &b, 2);
-    }
-  }
-  return out;
-}
-float decode_at(Format f, const uint8_t* b, size_t i) {
-  if (f == Format::FP32) {
-    float x;
-    std::memcpy(&x, b + 4 * i, 4);
-    return x;
-  }
-  uint16_t u;
-  std::memcpy(&u, b + 2 * i, 2);
-  return f == Format::BF16 ? bf16_bits_to_float(u) : fp16_bits_to_float(u);
-}
-
-template <class TA, class TB>
-double rel_rms(const TA* a, const TB* b, size_t n) {  // ||a - b|| / ||b||, NaN if anything is not finite
-  double num = 0, den = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const double x = a[i], y = b[i];
-    if (!std::isfinite(x) || !std::isfinite(y)) return NAN;
-    num += (x - y) * (x - y);
-    den += y * y;
-  }
-  return den == 0 ? (num == 0 ? 0.0 : INFINITY) : std::sqrt(num / den);
-}
-double max_nan(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
 
 GdnDims small_dims() { return {2, 4, 16, 16}; }
 GdnDims qwen4b_dims() { return {16, 32, 128, 128}; }

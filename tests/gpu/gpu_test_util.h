@@ -1,0 +1,103 @@
+// What the kernel-level GPU tests share (test_mamba2_cuda.cpp, test_gdn_cuda.cpp and their speculative siblings):
+// the device check that turns a test into a message on a machine without a GPU, a zero-initialised device buffer,
+// the storage codes of fp32 / bf16 / fp16 values, and comparisons that keep a NaN (so a NaN fails, never vanishes).
+#pragma once
+
+#include <catch2/catch.hpp>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "common/cuda_check.h"
+#include "numeric/bits.h"
+#include "numeric/format.h"
+
+namespace rssm::gpu_test {
+
+// False (with a message) where no CUDA device exists: the caller returns and the test passes as skipped.
+inline bool have_device() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    (void)cudaGetLastError();
+    WARN("no CUDA device: GPU test skipped");
+    return false;
+  }
+  return true;
+}
+
+// A device array of n T's, zeroed at allocation, so copying back a region no kernel wrote is not a read of
+// uninitialised memory (compute-sanitizer initcheck).
+template <class T>
+struct DevBuf {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit DevBuf(size_t count) : n(count) {
+    CUDA_CHECK(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)));
+    CUDA_CHECK(cudaMemset(p, 0, std::max<size_t>(count, 1) * sizeof(T)));
+  }
+  ~DevBuf() { cudaFree(p); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  void put(const std::vector<T>& h) { CUDA_CHECK(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice)); }
+  std::vector<T> get() const {
+    std::vector<T> h(n);
+    CUDA_CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+  void copy_from(const DevBuf& o) { CUDA_CHECK(cudaMemcpy(p, o.p, n * sizeof(T), cudaMemcpyDeviceToDevice)); }
+};
+
+// Bytes per stored element and the value a store in format f keeps (fp32, bf16, fp16; nearest even).
+inline size_t width(Format f) { return f == Format::FP32 ? 4 : 2; }
+inline float round_to(Format f, float v) {
+  return f == Format::BF16 ? round_bf16(v) : f == Format::FP16 ? round_fp16(v) : v;
+}
+// Values as the raw bytes of format f, and back (element i of raw bytes b; a whole buffer).
+inline std::vector<uint8_t> encode(Format f, const std::vector<float>& v) {
+  std::vector<uint8_t> out(v.size() * width(f));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (f == Format::FP32) {
+      std::memcpy(&out[4 * i], &v[i], 4);
+    } else {
+      const uint16_t b = f == Format::BF16 ? float_to_bf16_bits(v[i]) : float_to_fp16_bits(v[i]);
+      std::memcpy(&out[2 * i], &b, 2);
+    }
+  }
+  return out;
+}
+inline float decode_at(Format f, const uint8_t* b, size_t i) {
+  if (f == Format::FP32) {
+    float x;
+    std::memcpy(&x, b + 4 * i, 4);
+    return x;
+  }
+  uint16_t u;
+  std::memcpy(&u, b + 2 * i, 2);
+  return f == Format::BF16 ? bf16_bits_to_float(u) : fp16_bits_to_float(u);
+}
+inline std::vector<float> decode(Format f, const std::vector<uint8_t>& b) {
+  std::vector<float> v(b.size() / width(f));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = decode_at(f, b.data(), i);
+  return v;
+}
+
+// ||a − b|| / ||b|| over n values; NaN if anything is not finite.
+template <class TA, class TB>
+double rel_rms(const TA* a, const TB* b, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const double x = a[i], y = b[i];
+    if (!std::isfinite(x) || !std::isfinite(y)) return NAN;
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  return den == 0 ? (num == 0 ? 0.0 : INFINITY) : std::sqrt(num / den);
+}
+// A running maximum that keeps a NaN.
+inline double max_nan(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
+
+}  // namespace rssm::gpu_test
