@@ -50,6 +50,30 @@ class SpecCudaDecoder final : public Decoder {
   bool m2() const { return family_ == Family::Mamba2; }
   int inputs() const { return m2() ? (model_.mamba2.has_z ? 5 : 4) : 5; }
   void launch_round();
+  // The launch fields both families' verify launches share (their structs differ only in the ring's names).
+  template <class Launch, class Args>
+  void replay_fields(Launch& l, const Args& a) const {
+    l.step = a;
+    l.window = T_;
+    l.interval = s_.interval;
+    l.hist = hist_;
+    l.capacity = capacity_;
+    l.ckpt_format = s_.state_format;
+    l.d_ckpt = ckpt_.as();
+    l.dual = s_.dual();
+    l.read_format = s_.read_format;
+    l.d_read = s_.dual() ? read_.as() : nullptr;
+    l.d_fill = fill_.as<const int32_t>();
+    l.d_base = base_.as<const int32_t>();
+  }
+  template <class Launch, class Args>
+  void eager_fields(Launch& l, const Args& a) const {
+    l.step = a;
+    l.window = T_;
+    l.state_format = s_.state_format;
+    l.d_state = ckpt_.as();
+    l.d_cur = cur_.as<const int32_t>();
+  }
 
   Scheme s_;
   Family family_;
@@ -205,29 +229,14 @@ void SpecCudaDecoder::launch_round() {
     a.y_format = s_.out_format;
     if (!s_.replays()) {
       Mamba2EagerVerifyLaunch l;
-      l.step = a;
-      l.window = T_;
-      l.state_format = s_.state_format;
-      l.d_state = ckpt_.as();
-      l.d_cur = cur_.as<const int32_t>();
+      eager_fields(l, a);
       mamba2_eager_verify(l, stream_);
     } else {
       Mamba2VerifyLaunch l;
-      l.step = a;
-      l.window = T_;
-      l.interval = s_.interval;
-      l.hist = hist_;
-      l.capacity = capacity_;
-      l.ckpt_format = s_.state_format;
-      l.d_ckpt = ckpt_.as();
-      l.dual = s_.dual();
-      l.read_format = s_.read_format;
-      l.d_read = s_.dual() ? read_.as() : nullptr;
+      replay_fields(l, a);
       l.d_ring_x = ring_a_.as<uint16_t>();
       l.d_ring_B = ring_b_.as<uint16_t>();
       l.d_ring_dl = ring_c_.as<float>();
-      l.d_fill = fill_.as<const int32_t>();
-      l.d_base = base_.as<const int32_t>();
       mamba2_verify(l, stream_);
     }
   } else {
@@ -249,29 +258,14 @@ void SpecCudaDecoder::launch_round() {
     a.o_format = s_.out_format;
     if (!s_.replays()) {
       GdnEagerVerifyLaunch l;
-      l.step = a;
-      l.window = T_;
-      l.state_format = s_.state_format;
-      l.d_state = ckpt_.as();
-      l.d_cur = cur_.as<const int32_t>();
+      eager_fields(l, a);
       gdn_eager_verify(l, stream_);
     } else {
       GdnVerifyLaunch l;
-      l.step = a;
-      l.window = T_;
-      l.interval = s_.interval;
-      l.hist = hist_;
-      l.capacity = capacity_;
-      l.ckpt_format = s_.state_format;
-      l.d_ckpt = ckpt_.as();
-      l.dual = s_.dual();
-      l.read_format = s_.read_format;
-      l.d_read = s_.dual() ? read_.as() : nullptr;
+      replay_fields(l, a);
       l.d_ring_u = ring_a_.as<uint16_t>();
       l.d_ring_k = ring_b_.as<uint16_t>();
       l.d_ring_G = ring_c_.as<float>();
-      l.d_fill = fill_.as<const int32_t>();
-      l.d_base = base_.as<const int32_t>();
       gdn_verify(l, stream_);
     }
   }
