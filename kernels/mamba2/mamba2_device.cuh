@@ -170,6 +170,27 @@ __device__ inline void store_y(void* y, long long idx, bool bf16, float v) {
     static_cast<float*>(y)[idx] = v;
 }
 
+// The ring cursor's read in the replay kernels: ordered before the CTA's arrival count (see mamba2_replay.cu).
+__device__ inline int ld_acquire(const int32_t* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// Eight bf16 values (one 16-byte ring load) as floats.
+__device__ inline void bf16x8_to_f32(const uint4 q, float b[8]) {
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) b[2 * i] = __uint_as_float(w[i] << 16), b[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+}
+
+// Starts `bytes` at p on their way into L2 (a hint: no registers held, nothing waited for).
+__device__ inline void prefetch_l2(const void* p, long long bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (long long i = 128LL * threadIdx.x; i < bytes; i += 128LL * kThreads)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + i));
+}
+
 // ---- host side ----
 
 __host__ __device__ inline long long or_default(long long stride, long long contiguous) { return stride > 0 ? stride : contiguous; }

@@ -179,18 +179,6 @@ __device__ void stream_flush(const Mamba2StepArgs& a, const TileCtx& t, T* ck, R
   }
 }
 
-__device__ inline int ld_acquire(const int32_t* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ inline void bf16x8_to_f32(const uint4 q, float b[8]) {
-  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) b[2 * i] = __uint_as_float(w[i] << 16), b[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-}
-
 // CK: checkpoint type (the update copy when dual); RD: read-copy type, void when the checkpoint is shared.
 // Occupancy is what the step needs most (timed on the H200, fp32 K16 batch 256 non-flush): the tile in registers
 // before the prologue (16 rows a thread, 3 CTAs per SM) 920 us, 8 rows a thread and the tile prefetched into L2
@@ -198,13 +186,6 @@ __device__ inline void bf16x8_to_f32(const uint4 q, float b[8]) {
 // stream, so a CTA lives for several loaded latencies whatever it holds; only more CTAs per SM cover that.
 constexpr int kReplayMinBlocks = 8;
 template <class T> constexpr int kChunkRows = TileLayout<T>::kRows / 4;
-
-// Starts `bytes` at p on their way into L2 (a hint: no registers held, nothing waited for).
-__device__ inline void prefetch_l2(const void* p, long long bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (long long i = 128LL * threadIdx.x; i < bytes; i += 128LL * kThreads)
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + i));
-}
 
 template <class A, class CK, class RD>
 __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kernel(Mamba2ReplayLaunch l, int ptiles) {

@@ -63,17 +63,6 @@ struct GroupedCtx {
   bool y_bf16, gated;
 };
 
-__device__ inline int ld_acquire_g(const int32_t* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
-__device__ inline void prefetch_tile(const void* p, long long bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (long long i = 128LL * threadIdx.x; i < bytes; i += 128LL * kThreads) asm volatile("prefetch.global.L2 [%0];" ::"l"(c + i));
-}
-
 __device__ inline void out_pair(const Mamba2StepArgs& a, const GroupedCtx& t, const float* smem, const GroupedSmem& L,
                                 int hl, int p, float dot) {
   const int q = hl * t.rows + p - t.p_begin;
@@ -125,8 +114,8 @@ __device__ void grouped_read(const Mamba2StepArgs& a, const GroupedCtx& t, const
   auto issue = [&](uint4 (&q)[R], int ci) {
     const int hl = ci / cph, within = ci % cph;
     if (within == 0 && hl + 1 < t.hc)  // the next head on its way into L2 while this one streams
-      prefetch_tile(src + t.slot_off + (static_cast<long long>(t.h0 + hl + 1) * t.P + t.p_begin) * t.N,
-                    static_cast<long long>(t.rows) * t.N * sizeof(T));
+      prefetch_l2(src + t.slot_off + (static_cast<long long>(t.h0 + hl + 1) * t.P + t.p_begin) * t.N,
+                  static_cast<long long>(t.rows) * t.N * sizeof(T));
     load_rows<T, R>(q, base, lay, t, hl, t.p_begin + within * span);
   };
   uint4 qa[R], qb[R];
@@ -240,10 +229,10 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   const void* src_copy = kDual ? l.d_read : l.d_ckpt;
 
   // ---- A ----
-  prefetch_tile(static_cast<const Src*>(src_copy) + slot_off + pair_base * N, static_cast<long long>(rows) * N * sizeof(Src));
+  prefetch_l2(static_cast<const Src*>(src_copy) + slot_off + pair_base * N, static_cast<long long>(rows) * N * sizeof(Src));
   int arrived = 0;
   if (tid == 0) {
-    const int f = ld_acquire_g(&l.d_fill[slot]);
+    const int f = ld_acquire(&l.d_fill[slot]);
     arrived = atomicAdd(&l.d_arrive[slot], 1);
     s_fill = min(max(f, 0), l.interval - 1);
   }
@@ -293,7 +282,7 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   const bool flush = j + 1 == l.interval;
   const int nent = j + 1;
   if constexpr (kDual) {
-    if (flush) prefetch_tile(static_cast<const CK*>(l.d_ckpt) + slot_off + pair_base * N, static_cast<long long>(rows) * N * sizeof(CK));
+    if (flush) prefetch_l2(static_cast<const CK*>(l.d_ckpt) + slot_off + pair_base * N, static_cast<long long>(rows) * N * sizeof(CK));
   }
 
   // The ring's x entries of this thread's pairs on their way into L2: phase C's loads wait behind the dots' barrier,
@@ -453,8 +442,8 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
     CK* ck = static_cast<CK*>(l.d_ckpt);
     for (int hl = 0; hl < hc; ++hl) {
       if (hl + 1 < hc)
-        prefetch_tile(ck + slot_off + (pair_base + static_cast<long long>(hl + 1) * P) * N,
-                      static_cast<long long>(rows) * N * sizeof(CK));
+        prefetch_l2(ck + slot_off + (pair_base + static_cast<long long>(hl + 1) * P) * N,
+                    static_cast<long long>(rows) * N * sizeof(CK));
       // This head's x·weight per (row, entry); the previous head's are no longer read (barrier at the loop end).
       const int hitems = rows * nent;
       for (int i = tid; i < hitems; i += kThreads) {

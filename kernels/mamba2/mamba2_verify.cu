@@ -26,12 +26,6 @@ namespace m2 {
 
 namespace {
 
-__device__ inline void verify_bf16x8(const uint4 q, float b[8]) {
-  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) b[2 * i] = __uint_as_float(w[i] << 16), b[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-}
-
 // The value a 16-bit read copy stores for v (what the CPU emulation's window reads after a dual flush).
 template <class T>
 __device__ inline float stored_as(float v) {
@@ -111,12 +105,6 @@ constexpr int kVerifyRows = 4;  // state rows a thread streams per chunk (regist
 constexpr int kVerifyMinBlocks = 8;
 constexpr int kRingAcc = 8;  // ring-sum accumulators a thread holds at once (windows of more positions: more passes)
 
-// Starts `bytes` at p on their way into L2 (a hint: no registers held, nothing waited for).
-__device__ inline void verify_prefetch_l2(const void* p, long long bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (long long i = 128LL * threadIdx.x; i < bytes; i += 128LL * kThreads) asm volatile("prefetch.global.L2 [%0];" ::"l"(c + i));
-}
-
 template <class A, class CK, class RD, int TP>
 __global__ void __launch_bounds__(kThreads, kVerifyMinBlocks) mamba2_verify_kernel(Mamba2VerifyLaunch l, int ptiles) {
   extern __shared__ float4 smem4[];
@@ -136,15 +124,14 @@ __global__ void __launch_bounds__(kThreads, kVerifyMinBlocks) mamba2_verify_kern
   constexpr bool kDual = !std::is_void<RD>::value;
   const long long tile_off = (static_cast<long long>(slot) * H + h) * P * N + static_cast<long long>(p_begin) * N;
   using Src = typename std::conditional<kDual, RD, CK>::type;  // what a window without a flush streams
-  verify_prefetch_l2(static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) + tile_off,
-                     static_cast<long long>(rows) * N * sizeof(Src));
+  prefetch_l2(static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) + tile_off, static_cast<long long>(rows) * N * sizeof(Src));
   const int cap = l.capacity, mask = cap - 1;
   // A corrupt cursor must not send ring accesses past the entries in use.
   const int hc = min(max(l.d_fill[slot], 0), l.hist);
   const int base = l.d_base[slot] & mask;
   const bool flush = spec_flushes(hc, l.interval, T, l.hist);
   if (kDual && flush)
-    verify_prefetch_l2(static_cast<const CK*>(l.d_ckpt) + tile_off, static_cast<long long>(rows) * N * sizeof(CK));
+    prefetch_l2(static_cast<const CK*>(l.d_ckpt) + tile_off, static_cast<long long>(rows) * N * sizeof(CK));
   const int hv = flush ? 0 : hc;  // committed entries the window reads
   auto idx = [&](int e) { return static_cast<long long>((base + e) & mask); };
   const long long head_off = (static_cast<long long>(slot) * H + h) * P * N;
@@ -209,7 +196,7 @@ __global__ void __launch_bounds__(kThreads, kVerifyMinBlocks) mamba2_verify_kern
     const bool live = i < items;
     float b[8];
     if (live && e < hv) {
-      verify_bf16x8(*reinterpret_cast<const uint4*>(rB + idx(e) * G * N + 8 * k), b);
+      bf16x8_to_f32(*reinterpret_cast<const uint4*>(rB + idx(e) * G * N + 8 * k), b);
     } else {
 #pragma unroll
       for (int m = 0; m < 8; ++m) b[m] = live ? sm[L.off_Bw() + (e - hv) * L.n4() + 8 * k + m] : 0.0f;
@@ -226,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, kVerifyMinBlocks) mamba2_verify_kern
     for (int i = tid; i < hc * c8; i += kThreads) {
       const int e = i / c8, k = i % c8;
       float b[8];
-      verify_bf16x8(*reinterpret_cast<const uint4*>(rB + idx(e) * G * N + 8 * k), b);
+      bf16x8_to_f32(*reinterpret_cast<const uint4*>(rB + idx(e) * G * N + 8 * k), b);
 #pragma unroll
       for (int m = 0; m < 8; ++m) sm[L.off_Bc() + e * L.n4() + 8 * k + m] = b[m];
     }
