@@ -6,8 +6,7 @@
 //     --preset  geometry preset of model/model.h (default nemotron3-super-120b; e.g. nemotron3-nano-4b)
 //     --full    the full sweep (intervals 4 8 16 32 × batch 1 8 64 256 512 × every scheme, fp16 too); default: interval
 //               16 at every batch, intervals 4 8 32 at batch 1 and 256 (about a minute on an H200), and the grouped
-//               replay kernel (variant 1, names replay_g/ and dual_g/) at intervals 16 and 32, batch 1, 64, 256, and
-//               the grouped bulk-copy one (variant 2, replay_gb/ and dual_gb/) at every interval, batch 1, 64, 256
+//               replay kernel (variant 1, names replay_g/ and dual_g/) at intervals 16 and 32, batch 1, 64, 256
 //     --z       with the output gate z (default off: serving engines gate in the following norm)
 //     --smoke   a few tiny cases, one repetition (ctest); exits 0 with a message when no GPU exists
 //     --once    one iteration of one repetition per case (for ncu: few launches to replay)
@@ -64,10 +63,8 @@ struct Config {
   Kind kind;
   int interval;
   int batch;
-  int variant = 0;  // replay kernel (Mamba2ReplayLaunch::variant): 1 = grouped, named replay_g / dual_g; 2 = grouped
-                    // streaming through bulk-copied shared-memory stages, named replay_gb / dual_gb
-  int heads = 0;    // variants 1, 2: heads per CTA forced (named replay_g_hN), 0 = the launcher's choice
-  int stages = 0;   // variant 2: stages forced (named replay_gb_sN), 0 = the launcher's choice
+  int variant = 0;  // replay kernel (Mamba2ReplayLaunch::variant): 1 = grouped, named replay_g / dual_g
+  int heads = 0;    // variant 1: heads per CTA forced (named replay_g_hN), 0 = the launcher's choice
 };
 
 const char* kind_name(Kind k) {
@@ -82,9 +79,7 @@ const char* kind_name(Kind k) {
 std::string bench_name(const Config& c) {
   std::string s = c.scheme == Scheme::Eager ? "eager" : c.scheme == Scheme::Replay ? "replay" : "dual";
   if (c.variant == 1) s += "_g";
-  if (c.variant == 2) s += "_gb";
   if (c.heads > 0) s += "_h" + std::to_string(c.heads);
-  if (c.stages > 0) s += "_s" + std::to_string(c.stages);
   s += "/" + (c.scheme == Scheme::Dual ? "fp32+" + format_name(c.state) : format_name(c.state));
   if (c.scheme != Scheme::Eager) s += "/K" + std::to_string(c.interval) + "/" + kind_name(c.kind);
   return s + "/batch:" + std::to_string(c.batch);
@@ -175,7 +170,7 @@ void bm_step(benchmark::State& st, Config c) {
   lr.step = a, lr.interval = K, lr.capacity = cap, lr.ckpt_format = dual ? Format::FP32 : c.state, lr.d_ckpt = ck.p;
   lr.dual = dual, lr.read_format = c.state, lr.d_read = dual ? rd.p : nullptr;
   lr.d_ring_x = rx.p, lr.d_ring_B = rB.p, lr.d_ring_dl = dl.p, lr.d_fill = fill.p, lr.d_arrive = arrive.p;
-  lr.variant = c.variant, lr.heads_per_cta = c.heads, lr.stages = c.stages;
+  lr.variant = c.variant, lr.heads_per_cta = c.heads;
 
   // The step sequence of one graph: per step, the fill it starts from (-1: leave the cursor to the kernel).
   std::vector<int> seq;
@@ -234,7 +229,7 @@ void bm_step(benchmark::State& st, Config c) {
   st.counters["us_median"] = med * 1e6;
   st.counters["of_copy"] = med > 0 ? bytes / med / 1e9 / g_copy_GBps : 0;
   st.counters["of_read"] = med > 0 ? bytes / med / 1e9 / g_read_GBps : 0;
-  if (c.variant != 0) {
+  if (c.variant == 1) {
     int hc = 0, pt = 0;
     mamba2_grouped_shape(lr, hc, pt);
     st.counters["p_tiles"] = pt;
@@ -252,10 +247,10 @@ void add(const Config& c) {
   else b->Iterations(10)->Repetitions(5)->ReportAggregatesOnly(true);
 }
 
-void add_replay_kinds(Scheme sc, Format f, int K, int batch, int variant = 0, int heads = 0, int stages = 0) {
+void add_replay_kinds(Scheme sc, Format f, int K, int batch, int variant = 0, int heads = 0) {
   for (Kind k : {Kind::Nonflush, Kind::Flush, Kind::Amortised}) {
     if (k == Kind::Nonflush && K == 1) continue;
-    add({sc, f, k, K, batch, variant, heads, stages});
+    add({sc, f, k, K, batch, variant, heads});
   }
 }
 
@@ -272,8 +267,6 @@ void register_all() {
       add_replay_kinds(Scheme::Dual, Format::BF16, 4, b);
       add_replay_kinds(Scheme::Replay, Format::BF16, 4, b, 1);
       add_replay_kinds(Scheme::Dual, Format::BF16, 4, b, 1);
-      add_replay_kinds(Scheme::Replay, Format::BF16, 4, b, 2);
-      add_replay_kinds(Scheme::Dual, Format::BF16, 4, b, 2);
     }
     return;
   }
@@ -300,15 +293,6 @@ void register_all() {
       if (!g_opt.full && b != 1 && b != 64 && b != 256) continue;
       for (const S& s : schemes) add_replay_kinds(s.sc, s.f, K, b, 1);
     }
-  // The grouped bulk-copy variant (replay_gb / dual_gb): every interval at batch 1, 64 and 256; its stage count at
-  // interval 16, batch 256.
-  for (int K : {4, 8, 16, 32})
-    for (int b : batches) {
-      if (!g_opt.full && b != 1 && b != 64 && b != 256) continue;
-      for (const S& s : schemes) add_replay_kinds(s.sc, s.f, K, b, 2);
-    }
-  for (int st : {1, 2, 3, 4})
-    for (const S& s : schemes) add_replay_kinds(s.sc, s.f, 16, 256, 2, 0, st);
   // Its heads-per-CTA trade (fewer, longer CTAs against the tail of the last wave), fp32 at interval 16, batch 256.
   const int hpg = g_model.mamba2.H / g_model.mamba2.G;
   for (int hc : {4, 8})

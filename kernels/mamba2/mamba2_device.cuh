@@ -36,18 +36,13 @@ struct TileLayout {
 };
 
 // Issues the loads of one chunk (rows p0 + u·rpp + rsub, u < R) of a tile whose row p starts at src + p·N (src
-// already offset by the thread's lane); rows at or past p_end read nothing and hold zeros. kShared: src points into
-// shared memory (a tile a bulk copy brought in), else global memory streamed once (evict-first loads).
-template <class T, int R = TileLayout<T>::kRows, bool kShared = false>
+// already offset by the thread's lane); rows at or past p_end read nothing and hold zeros.
+template <class T, int R = TileLayout<T>::kRows>
 __device__ inline void load_chunk(uint4 (&q)[kMaxRows], const T* src, const TileLayout<T>& t, int p0, int p_end, int N) {
 #pragma unroll
   for (int u = 0; u < R; ++u) {
     const int p = p0 + u * t.rpp + t.rsub;
-    const uint4* v = reinterpret_cast<const uint4*>(src + static_cast<long long>(p) * N);
-    if constexpr (kShared)
-      q[u] = p < p_end ? *v : make_uint4(0, 0, 0, 0);
-    else
-      q[u] = p < p_end ? __ldcs(v) : make_uint4(0, 0, 0, 0);
+    q[u] = p < p_end ? __ldcs(reinterpret_cast<const uint4*>(src + static_cast<long long>(p) * N)) : make_uint4(0, 0, 0, 0);
   }
 }
 

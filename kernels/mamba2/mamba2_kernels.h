@@ -88,12 +88,9 @@ struct Mamba2ReplayLaunch {
   // Which kernel runs the step (same semantics, same ring and cursor): 0 = one CTA per (row, head, P-tile);
   // 1 = grouped: one CTA per (row, group, chunk of heads_per_cta heads of the group), the slot / cursor / ring
   // prologue done once per CTA and the heads' tiles streamed back to back (mamba2_replay_grouped.cu).
-  // 2 = grouped, the non-flush stream through shared-memory stages that bulk copies (TMA) fill a head tile at a time
-  // (common/bulk_copy.cuh), instead of registers and L2 prefetches.
   int variant = 0;
-  int heads_per_cta = 0;  // variants 1, 2: 0 = chosen from the batch; else a divisor of H/G, at most 16
-  int p_tiles = 0;        // variants 1, 2: 0 = chosen from the batch; else CTAs per head (needs heads_per_cta 1)
-  int stages = 0;         // variant 2: tiles in flight per CTA, 1..4; 0 = as many as fit two CTAs per SM
+  int heads_per_cta = 0;  // variant 1 only: 0 = chosen from the batch; else a divisor of H/G, at most 16
+  int p_tiles = 0;        // variant 1 only: 0 = chosen from the batch; else CTAs per head (needs heads_per_cta 1)
 };
 
 // Largest interval a replay launch accepts (per-entry weights live in shared memory).

@@ -179,7 +179,6 @@ __device__ void stream_flush(const Mamba2StepArgs& a, const TileCtx& t, T* ck, R
   }
 }
 
-
 // CK: checkpoint type (the update copy when dual); RD: read-copy type, void when the checkpoint is shared.
 // Occupancy is what the step needs most (timed on the H200, fp32 K16 batch 256 non-flush): the tile in registers
 // before the prologue (16 rows a thread, 3 CTAs per SM) 920 us, 8 rows a thread and the tile prefetched into L2
@@ -441,8 +440,8 @@ void mamba2_replay_step(const Mamba2ReplayLaunch& l, cudaStream_t stream) {
     streamed = l.ckpt_format;
   }
   m2::check_state_rows(what, l.step.dims.N, m2::state_vec(l.ckpt_format), l.d_ckpt);
-  if (l.variant < 0 || l.variant > 2) m2::bad_launch(what, "variant must be 0, 1 or 2 (got " + std::to_string(l.variant) + ")");
-  if (l.variant != 0) return m2::replay_grouped(l, streamed, stream);
+  if (l.variant != 0 && l.variant != 1) m2::bad_launch(what, "variant must be 0 or 1 (got " + std::to_string(l.variant) + ")");
+  if (l.variant == 1) return m2::replay_grouped(l, streamed, stream);
   const int ptiles = mamba2_p_tiles(l.step.dims, l.step.batch, streamed);
   if (l.step.act_format == Format::BF16)
     m2::dispatch_state<__nv_bfloat16>(l, ptiles, stream);

@@ -17,10 +17,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
 #include <type_traits>
 
-#include "common/bulk_copy.cuh"
 #include "common/cuda_check.h"
 #include "mamba2/mamba2_device.cuh"
 
@@ -35,8 +33,6 @@ constexpr int kDlRound = 4;            // (head, entry) items of (Δ, Λ) loaded
 constexpr int kStreamRows = 4;         // state rows per thread per chunk (two chunks in flight)
 constexpr int kFlushRows32 = 2;        // fp32 flush: rows per thread per chunk (4 spill under the 128 cap)
 constexpr int kMaxGroupHeads = 16;     // heads per CTA: per-pair arrays and weights in shared memory
-constexpr int kMaxStages = 4;          // variant 2: head tiles in flight into shared memory at once
-constexpr int kStageBudget = 113 * 1024;  // variant 2: shared memory per CTA the default stage count stays under (2 per SM)
 
 // Shared memory in floats. Pairs q = hl·rows + pl, hl < hc, pl < rows.
 struct GroupedSmem {
@@ -66,8 +62,6 @@ struct GroupedCtx {
   long long ys, slot_off;  // y row stride; the slot's first element in a [pool, H, P, N] copy
   bool y_bf16, gated;
 };
-
-
 
 __device__ inline void out_pair(const Mamba2StepArgs& a, const GroupedCtx& t, const float* smem, const GroupedSmem& L,
                                 int hl, int p, float dot) {
@@ -121,7 +115,7 @@ __device__ void grouped_read(const Mamba2StepArgs& a, const GroupedCtx& t, const
     const int hl = ci / cph, within = ci % cph;
     if (within == 0 && hl + 1 < t.hc)  // the next head on its way into L2 while this one streams
       prefetch_l2(src + t.slot_off + (static_cast<long long>(t.h0 + hl + 1) * t.P + t.p_begin) * t.N,
-                    static_cast<long long>(t.rows) * t.N * sizeof(T));
+                  static_cast<long long>(t.rows) * t.N * sizeof(T));
     load_rows<T, R>(q, base, lay, t, hl, t.p_begin + within * span);
   };
   uint4 qa[R], qb[R];
@@ -131,48 +125,6 @@ __device__ void grouped_read(const Mamba2StepArgs& a, const GroupedCtx& t, const
     consume(qa, ci);
     if (ci + 2 < total) issue(qa, ci + 2);
     if (ci + 1 < total) consume(qb, ci + 1);
-  }
-}
-
-// Non-flush, variant 2: head hl's tile arrives in stage hl % stages by a bulk copy (the first `stages` issued in the
-// prologue); once every thread is done with a stage, thread 0 sends the head `stages` further on into it. Up to
-// `stages` whole tiles are in flight per CTA with no registers held, and the stream never waits on a dependent read.
-template <class T>
-__device__ void grouped_read_bulk(const Mamba2StepArgs& a, const GroupedCtx& t, const T* src, const float* smem,
-                                  const GroupedSmem& L, char* stage_sm, int stages, int stage_bytes, uint64_t* bars) {
-  constexpr int R = kStreamRows;
-  const TileLayout<T> lay(t.N);
-  constexpr int kVec = TileLayout<T>::kVec;
-  float Cv[kVec];
-#pragma unroll
-  for (int k = 0; k < kVec; ++k) Cv[k] = smem[L.off_C() + lay.c * kVec + k];
-  const int span = R * lay.rpp;
-  for (int hl = 0; hl < t.hc; ++hl) {
-    const int s = hl % stages;
-    mbar_wait(&bars[s], (hl / stages) & 1);
-    // Row p of the tile at stage + (p − p_begin)·N elements; this lane's vector added.
-    const T* tile = reinterpret_cast<const T*>(stage_sm + static_cast<long long>(s) * stage_bytes) -
-                    static_cast<long long>(t.p_begin) * t.N + lay.c * kVec;
-    for (int p0 = t.p_begin; p0 < t.p_end; p0 += span) {
-      uint4 q[kMaxRows];
-      load_chunk<T, R, true>(q, tile, lay, p0, t.p_end, t.N);
-#pragma unroll
-      for (int u = 0; u < R; ++u) {
-        const int p = p0 + u * lay.rpp + lay.rsub;
-        float sv[kVec];
-        StateVec<T>::unpack(q[u], sv);
-        float acc = 0.0f;
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) acc = fmaf(sv[k], Cv[k], acc);
-        acc = row_sum(acc, lay.lanes);
-        if (lay.c == 0 && p < t.p_end) out_pair(a, t, smem, L, hl, p, acc);
-      }
-    }
-    __syncthreads();  // stage s is free
-    if (threadIdx.x == 0 && hl + stages < t.hc)
-      bulk_load(stage_sm + static_cast<long long>(s) * stage_bytes,
-                src + t.slot_off + (static_cast<long long>(t.h0 + hl + stages) * t.P + t.p_begin) * t.N,
-                static_cast<uint32_t>(t.rows * t.N * sizeof(T)), &bars[s]);
   }
 }
 
@@ -250,17 +202,13 @@ __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t,
 __device__ inline float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ inline float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
 
-// kBulk (variant 2): non-flush rows stream their tiles through `stages` shared-memory stages of stage_bytes each
-// (at the start of the dynamic shared memory) filled by bulk copies, instead of registers and L2 prefetches.
-template <class A, class CK, class RD, bool kBulk>
+template <class A, class CK, class RD>
 __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
-    mamba2_replay_grouped_kernel(Mamba2ReplayLaunch l, int hc, int ptiles, int stages, int stage_bytes) {
+    mamba2_replay_grouped_kernel(Mamba2ReplayLaunch l, int hc, int ptiles) {
   extern __shared__ float4 smem4[];
-  char* stage_sm = reinterpret_cast<char*>(smem4);
-  float* smem = reinterpret_cast<float*>(stage_sm + static_cast<long long>(kBulk ? stages : 0) * stage_bytes);
+  float* smem = reinterpret_cast<float*>(smem4);
   int* ismem = reinterpret_cast<int*>(smem);
   __shared__ int s_fill;
-  __shared__ uint64_t s_bars[kMaxStages];
   const Mamba2StepArgs& a = l.step;
   const int H = a.dims.H, P = a.dims.P, N = a.dims.N, G = a.dims.G, hpg = H / G, chunks = hpg / hc;
   const int per_row = G * chunks * ptiles;
@@ -281,12 +229,7 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   const void* src_copy = kDual ? l.d_read : l.d_ckpt;
 
   // ---- A ----
-  if constexpr (kBulk) {
-    if (tid == 0)  // seen initialised by the other threads after the first __syncthreads
-      for (int s = 0; s < stages; ++s) mbar_init(&s_bars[s]);
-  } else {
-    prefetch_l2(static_cast<const Src*>(src_copy) + slot_off + pair_base * N, static_cast<long long>(rows) * N * sizeof(Src));
-  }
+  prefetch_l2(static_cast<const Src*>(src_copy) + slot_off + pair_base * N, static_cast<long long>(rows) * N * sizeof(Src));
   int arrived = 0;
   if (tid == 0) {
     const int f = ld_acquire(&l.d_fill[slot]);
@@ -340,13 +283,6 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   const int nent = j + 1;
   if constexpr (kDual) {
     if (flush) prefetch_l2(static_cast<const CK*>(l.d_ckpt) + slot_off + pair_base * N, static_cast<long long>(rows) * N * sizeof(CK));
-  }
-  if constexpr (kBulk) {  // the first stages' tiles, under the rest of the prologue (flushing rows stream from global)
-    if (!flush && tid == 0)
-      for (int s = 0; s < min(stages, hc); ++s)
-        bulk_load(stage_sm + static_cast<long long>(s) * stage_bytes,
-                  static_cast<const Src*>(src_copy) + slot_off + (pair_base + static_cast<long long>(s) * P) * N,
-                  static_cast<uint32_t>(rows * N * sizeof(Src)), &s_bars[s]);
   }
 
   // The ring's x entries of this thread's pairs on their way into L2: phase C's loads wait behind the dots' barrier,
@@ -501,16 +437,13 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   t.y_bf16 = a.y_format == Format::BF16;
   t.gated = z != nullptr;
   if (!flush) {
-    if constexpr (kBulk)
-      grouped_read_bulk<Src>(a, t, static_cast<const Src*>(src_copy), smem, L, stage_sm, stages, stage_bytes, s_bars);
-    else
-      grouped_read<Src>(a, t, static_cast<const Src*>(src_copy), smem, L);
+    grouped_read<Src>(a, t, static_cast<const Src*>(src_copy), smem, L);
   } else {
     CK* ck = static_cast<CK*>(l.d_ckpt);
     for (int hl = 0; hl < hc; ++hl) {
       if (hl + 1 < hc)
         prefetch_l2(ck + slot_off + (pair_base + static_cast<long long>(hl + 1) * P) * N,
-                      static_cast<long long>(rows) * N * sizeof(CK));
+                    static_cast<long long>(rows) * N * sizeof(CK));
       // This head's x·weight per (row, entry); the previous head's are no longer read (barrier at the loop end).
       const int hitems = rows * nent;
       for (int i = tid; i < hitems; i += kThreads) {
@@ -535,63 +468,37 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   }
 }
 
-// Stages of variant 2 for a tile of stage_bytes beside `other` bytes of shared memory: l.stages when set, else as
-// many as keep the CTA under kStageBudget (two CTAs per SM), at least 2 (one tile streams while the next lands).
-int bulk_stages(const Mamba2ReplayLaunch& l, size_t stage_bytes, size_t other, int hc) {
-  if (l.stages > 0) {
-    if (l.stages > kMaxStages)
-      bad_launch("mamba2_replay_step", "stages must be 1.." + std::to_string(kMaxStages) + " (got " + std::to_string(l.stages) + ")");
-    return l.stages;
-  }
-  int s = 2;
-  while (s < kMaxStages && s < hc && other + (s + 1) * stage_bytes <= static_cast<size_t>(kStageBudget)) ++s;
-  return std::min(s, std::max(hc, 1));
-}
-
-template <class A, class CK, class RD, bool kBulk>
+template <class A, class CK, class RD>
 void launch_grouped(const Mamba2ReplayLaunch& l, int hc, int ptiles, cudaStream_t stream) {
   const Mamba2Dims& d = l.step.dims;
   const long long blocks = static_cast<long long>(l.step.batch) * (d.H / hc) * ptiles;
   if (blocks > 0x7FFFFFFFLL) bad_launch("mamba2_replay_step", "batch · H / heads_per_cta · tiles exceeds the grid limit");
-  const int rows = (d.P + ptiles - 1) / ptiles;
-  const GroupedSmem L{d.N, l.interval, hc, rows};
-  const size_t other = static_cast<size_t>(L.floats()) * sizeof(float);
-  using Src = typename std::conditional<std::is_void<RD>::value, CK, RD>::type;
-  const size_t stage_bytes = kBulk ? (static_cast<size_t>(rows) * d.N * sizeof(Src) + 127) / 128 * 128 : 0;
-  const int stages = kBulk ? bulk_stages(l, stage_bytes, other, hc) : 0;
-  const size_t bytes = other + stages * stage_bytes;
+  const GroupedSmem L{d.N, l.interval, hc, (d.P + ptiles - 1) / ptiles};
+  const size_t bytes = static_cast<size_t>(L.floats()) * sizeof(float);
   if (bytes > 227 * 1024)
-    bad_launch("mamba2_replay_step", "variant " + std::to_string(l.variant) + " needs " + std::to_string(bytes) +
-                                         " bytes of shared memory (over 227 KiB); lower heads_per_cta, stages or the interval");
-  auto kernel = mamba2_replay_grouped_kernel<A, CK, RD, kBulk>;
+    bad_launch("mamba2_replay_step", "variant 1 needs " + std::to_string(bytes) + " bytes of shared memory (over 227 KiB); "
+                                     "lower heads_per_cta or the interval");
+  auto kernel = mamba2_replay_grouped_kernel<A, CK, RD>;
   if (bytes > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(l, hc, ptiles, stages, static_cast<int>(stage_bytes));
+  kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(l, hc, ptiles);
   CUDA_CHECK_LAUNCH(stream);
 }
 
-template <class A, bool kBulk>
+template <class A>
 void dispatch_grouped_state(const Mamba2ReplayLaunch& l, int hc, int ptiles, cudaStream_t stream) {
   if (l.dual) {
     if (l.read_format == Format::BF16)
-      launch_grouped<A, float, __nv_bfloat16, kBulk>(l, hc, ptiles, stream);
+      launch_grouped<A, float, __nv_bfloat16>(l, hc, ptiles, stream);
     else
-      launch_grouped<A, float, __half, kBulk>(l, hc, ptiles, stream);
+      launch_grouped<A, float, __half>(l, hc, ptiles, stream);
     return;
   }
   switch (l.ckpt_format) {
-    case Format::FP32: launch_grouped<A, float, void, kBulk>(l, hc, ptiles, stream); break;
-    case Format::BF16: launch_grouped<A, __nv_bfloat16, void, kBulk>(l, hc, ptiles, stream); break;
-    default: launch_grouped<A, __half, void, kBulk>(l, hc, ptiles, stream); break;
+    case Format::FP32: launch_grouped<A, float, void>(l, hc, ptiles, stream); break;
+    case Format::BF16: launch_grouped<A, __nv_bfloat16, void>(l, hc, ptiles, stream); break;
+    default: launch_grouped<A, __half, void>(l, hc, ptiles, stream); break;
   }
-}
-
-template <class A>
-void dispatch_grouped_variant(const Mamba2ReplayLaunch& l, int hc, int ptiles, cudaStream_t stream) {
-  if (l.variant == 2)
-    dispatch_grouped_state<A, true>(l, hc, ptiles, stream);
-  else
-    dispatch_grouped_state<A, false>(l, hc, ptiles, stream);
 }
 
 // SMs of the current device (cached per device: a cheap attribute query, no synchronisation, legal in a capture).
@@ -651,9 +558,9 @@ void replay_grouped(const Mamba2ReplayLaunch& l, Format streamed, cudaStream_t s
   int hc = 1, ptiles = 1;
   grouped_shape(l, streamed, hc, ptiles);
   if (l.step.act_format == Format::BF16)
-    dispatch_grouped_variant<__nv_bfloat16>(l, hc, ptiles, stream);
+    dispatch_grouped_state<__nv_bfloat16>(l, hc, ptiles, stream);
   else
-    dispatch_grouped_variant<float>(l, hc, ptiles, stream);
+    dispatch_grouped_state<float>(l, hc, ptiles, stream);
 }
 
 }  // namespace m2

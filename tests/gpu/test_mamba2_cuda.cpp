@@ -53,7 +53,7 @@ struct Case {
   Format yfmt = Format::FP32;
   int interval = 1;
   bool has_z = false, d_per_dim = false, dt_limits = false;
-  int variant = 0;        // replay kernel (Mamba2ReplayLaunch::variant): 0 per head, 1 grouped, 2 grouped + bulk copies
+  int variant = 0;        // replay kernel (Mamba2ReplayLaunch::variant): 0 per head, 1 grouped
   int heads_per_cta = 0;  // variant 1: 0 = the launcher's choice
   int p_tiles = 0;        // variant 1: 0 = the launcher's choice
   std::string name() const {
@@ -69,9 +69,6 @@ struct Case {
     if (variant == 1)
       s += heads_per_cta > 0 ? fmt::format(" grouped(h={}{})", heads_per_cta, p_tiles > 0 ? fmt::format(",t={}", p_tiles) : "")
                              : " grouped(auto)";
-    if (variant == 2)
-      s += heads_per_cta > 0 ? fmt::format(" grouped-bulk(h={}{})", heads_per_cta, p_tiles > 0 ? fmt::format(",t={}", p_tiles) : "")
-                             : " grouped-bulk(auto)";
     return s;
   }
 };
@@ -456,19 +453,17 @@ TEST_CASE("mamba2 cuda eager: Nemotron-3 geometries", "[gpu][mamba2][eager]") {
 }
 
 // Replay kernels every replay/dual case runs through: variant 0 (one CTA per head), variant 1 with every head of a
-// group in one CTA (heads_per_cta = H/G: the serving-batch shape), variant 2 (variant 1 streaming through bulk-copied
-// shared-memory stages) in the same shape, and, where `more`, variant 1 as the launcher
+// group in one CTA (heads_per_cta = H/G: the serving-batch shape) and, where `more`, variant 1 as the launcher
 // shapes it for these 4 rows, and with one head per CTA split in 4 P-tiles (the batch-1 shape; Nano-4B's 20-row
 // tiles take the unaligned ring path).
 struct VariantRun {
   int variant, heads, tiles;
 };
 std::vector<VariantRun> replay_variants(const Mamba2Dims& d, bool more) {
-  std::vector<VariantRun> v = {{0, 0, 0}, {1, d.H / d.G, 0}, {2, d.H / d.G, 0}};
+  std::vector<VariantRun> v = {{0, 0, 0}, {1, d.H / d.G, 0}};
   if (more) {
     v.push_back({1, 0, 0});
-    v.push_back({2, 0, 0});
-    if (d.P >= 32) v.push_back({1, 1, 4}), v.push_back({2, 1, 4});
+    if (d.P >= 32) v.push_back({1, 1, 4});
   }
   return v;
 }
@@ -537,7 +532,7 @@ TEST_CASE("mamba2 cuda launchers reject bad launch structs with a message naming
     g.d_ring_dl = reinterpret_cast<float*>(slot), g.d_fill = slot, g.d_arrive = slot;
     g.variant = 1, g.heads_per_cta = 3;
     CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("heads_per_cta"));
-    g.variant = 3;
+    g.variant = 2;
     CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("variant"));
     cudaFree(slot);
   }
