@@ -97,6 +97,7 @@ def read_benchmark(path: str) -> tuple[pd.DataFrame, dict]:
     df["file"] = path
     df["family"] = _family(ctx, path)
     df["gpu"] = ctx.get("gpu", "")
+    df["preset"] = str(ctx.get("preset", "") or ctx.get("geometry", ""))  # older files: the geometry string
     df["git_commit"] = ctx.get("git_commit", ctx.get("commit", ""))
     if "time_unit" in df and "real_time" in df:
         scale = df["time_unit"].map({"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}).fillna(1.0)
@@ -176,6 +177,22 @@ def find_benchmarks(*roots: str, pattern: str = "bench_*cuda*.json") -> list[str
         return (date, os.path.getmtime(p))
 
     return sorted(set(found), key=when, reverse=True)
+
+
+def read_interval_sweeps(*roots: str) -> pd.DataFrame | None:
+    """The per-preset interval sweeps (benchmarks/interval_sweep/interval_sweep_<preset>*.json: one bench_mamba2_cuda
+    or bench_gdn_cuda run per geometry preset, replay amortised over every interval plus eager, batch 256), the
+    newest file of each preset, concatenated; None when there is none. Kept apart from bench_*cuda*.json so that a
+    filtered run never stands in for a family's full benchmark."""
+    frames, seen = [], set()
+    for p in find_benchmarks(*roots, pattern="interval_sweep_*.json"):
+        df, _ = read_benchmark(p)
+        key = (df["family"].iloc[0] if len(df) else "", df["preset"].iloc[0] if len(df) else p)
+        if key in seen:
+            continue
+        seen.add(key)
+        frames.append(df)
+    return pd.concat(frames, ignore_index=True) if frames else None
 
 
 def newest_spec(paths: list[str]) -> str | None:

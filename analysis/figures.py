@@ -170,10 +170,44 @@ def error_accumulation(runs: dict, band: str = "slow", pub=None):
 
 
 # 3 ---------------------------------------------------------------------------------------------------------------
-def interval_sweep(summary: pd.DataFrame, bench: pd.DataFrame | None = None, batch: int = 256, pub=None):
+def _interval_presets(a_bytes, a_us, presets: pd.DataFrame, batch: int) -> None:
+    """Per geometry preset (one GPU interval sweep each): replay fp32 (GDN: inner-product route) amortised over an
+    interval, as a ratio to fp32 eager of the same run: measured time (solid, right) and modelled bytes (dashed,
+    left). Ratios, so that geometries from 4B to 550B share the axes; the eager time is in each label."""
+    from .bench import step_times
+    st = step_times(presets)
+    st = st[st["batch"] == batch]
+    order = sorted(st["preset"].unique(), key=lambda p: (st[st["preset"] == p]["family"].iloc[0], p))
+    for i, p in enumerate(order):
+        g = st[st["preset"] == p]
+        eager = g[(g["scheme"] == "eager") & (g["state_format"] == "fp32")]
+        rep = g[(g["scheme"] == "replay") & (g["state_format"] == "fp32") & (g["kind"] == "amortised")]
+        rep = rep[rep["route"].isna() | (rep["route"] == "inner")].sort_values("interval")
+        if eager.empty or rep.empty:
+            continue
+        e_us, c = float(eager["time_us"].iloc[0]), PALETTE[i % len(PALETTE)]
+        a_us.plot(rep["interval"].astype(float), rep["time_us"] / e_us, marker="o", color=c,
+                  label=f"{p} ({g['family'].iloc[0]}; eager {e_us:.0f} µs)")
+        if "bytes" in rep and "bytes" in eager:
+            a_bytes.plot(rep["interval"].astype(float), rep["bytes"] / float(eager["bytes"].iloc[0]), ls="--",
+                         marker=".", color=c, label="every preset, modelled (colours as right)" if i == 0 else None)
+    a_us.axhline(1.0, color="grey", lw=0.8, ls=":", label="fp32 eager")
+    a_us.set(xscale="log", ylabel=f"GPU time per step / fp32 eager (batch {batch})")
+    ks = sorted(st["interval"].dropna().astype(int).unique())
+    for a in (a_bytes, a_us):
+        a.set_xticks(ks)
+        a.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        a.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    a_us.legend(loc="upper left", fontsize="xx-small")
+
+
+def interval_sweep(summary: pd.DataFrame, bench: pd.DataFrame | None = None, batch: int = 256, pub=None,
+                   presets: pd.DataFrame | None = None):
     """Modelled traffic per step against the checkpoint interval (from a sweep's summary), and measured GPU µs per
     step (amortised over an interval, from benchmark JSON) against the interval at `batch`; the published optimum
-    intervals (8 for Nemotron-3 Mamba-2, 16 for Qwen3.5 GDN) marked."""
+    intervals (8 for Nemotron-3 Mamba-2, 16 for Qwen3.5 GDN) marked. With `presets` (the per-preset GPU interval
+    sweeps, bench.read_interval_sweeps) the right panel shows every geometry preset as its time over fp32 eager, and
+    the left adds each preset's modelled bytes over fp32 eager (dashed)."""
     fig, (a_bytes, a_us) = _figure(2, "Checkpoint interval sweep")
     df = _ok(summary)
     df = df[df["decoder"].isin(["replay", "dual"])]
@@ -191,6 +225,11 @@ def interval_sweep(summary: pd.DataFrame, bench: pd.DataFrame | None = None, bat
         a_bytes.plot([e["value"]], [1.0], **PUBLISHED_STYLE, label=f"published optimum {fam}: K={e['value']}")
     a_bytes.set(xscale="log", xlabel="checkpoint interval K (steps)", ylabel="modelled bytes per step / fp32 eager")
     a_bytes.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    if presets is not None and not presets.empty:
+        _interval_presets(a_bytes, a_us, presets, batch)
+        a_bytes.legend(loc="best", fontsize="x-small")
+        a_us.set(xlabel="checkpoint interval K (steps)")
+        return fig
     a_bytes.legend(loc="best")
     if bench is None or bench.empty:
         _missing(a_us, "GPU benchmark JSON (bench_*_cuda.json)")

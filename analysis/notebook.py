@@ -25,6 +25,7 @@ class Context:
     results: str
     figures: str
     bench_paths: list = field(default_factory=list)
+    bench_roots: list = field(default_factory=list)  # the folders searched (the per-preset sweeps are found there)
 
     def result(self, name: str) -> str | None:
         """results/<name>.h5 when it exists."""
@@ -60,6 +61,16 @@ class Context:
             frames.append(df)
         return pd.concat(frames, ignore_index=True)
 
+    def interval_bench(self) -> pd.DataFrame | None:
+        """Every geometry preset's GPU interval sweep (benchmarks/interval_sweep/), or None."""
+        df = _bench.read_interval_sweeps(*self.bench_roots)
+        if df is None:
+            print("no per-preset interval sweep JSON (interval_sweep_*.json) found")
+        else:
+            print(f"GPU interval sweeps: {df['preset'].nunique()} presets ({', '.join(sorted(df['preset'].unique()))}), "
+                  f"{df['gpu'].iloc[0]}, commit {str(df['git_commit'].iloc[0])[:10]}")
+        return df
+
     def spec_bench(self) -> tuple[pd.DataFrame | None, dict]:
         """The newest speculative benchmark JSON as (one row per family, batch, T; its context), or (None, {})."""
         p = _bench.newest_spec(self.bench_paths)
@@ -83,4 +94,4 @@ def context() -> Context:
     figures = os.environ.get("RSSM_FIGURES", os.path.join(results, "figures"))
     bench_env = os.environ.get("RSSM_BENCH", os.path.join(ROOT, "benchmarks"))
     roots = [p for p in bench_env.split(":") if p]
-    return Context(results, figures, _bench.find_benchmarks(*roots))
+    return Context(results, figures, _bench.find_benchmarks(*roots), roots)

@@ -27,9 +27,10 @@ def _first(df, col):
     return float(df[col].iloc[0]) if len(df) else float("nan")
 
 
-def ours(results: str, bench_files: dict[str, str], spec_file: str | None = None) -> list[dict]:
+def ours(results: str, bench_files: dict[str, str], spec_file: str | None = None, bench_roots=()) -> list[dict]:
     """Rows {id, ours, what, command_key} for every published entry we have a number for. spec_file: a
-    bench_spec_cuda JSON, for the entries with a `spec` selector and the verify costs relative to a standard step."""
+    bench_spec_cuda JSON, for the entries with a `spec` selector and the verify costs relative to a standard step.
+    bench_roots: where the per-preset GPU interval sweeps are (each preset's measured best interval)."""
     rows = []
 
     def add(pid, value, what, source):
@@ -101,6 +102,32 @@ def ours(results: str, bench_files: dict[str, str], spec_file: str | None = None
                 add(pid, best, f"best replay over eager at batch {batch} ({label})", src)
     if spec_file:
         rows += _spec_rows(spec_file, pub)
+    rows += _interval_rows(bench_roots, pub)
+    return rows
+
+
+def _interval_rows(bench_roots, pub: dict) -> list[dict]:
+    """Per geometry preset: the interval at which replay fp32 (GDN: inner-product route) amortised is fastest
+    relative to fp32 eager, batch 256, against the published best interval of its family."""
+    from .bench import read_interval_sweeps, step_times
+    df = read_interval_sweeps(*bench_roots) if bench_roots else None
+    if df is None:
+        return []
+    st = step_times(df)
+    st = st[st["batch"] == 256]
+    rows = []
+    for preset, g in st.groupby("preset"):
+        fam = g["family"].iloc[0]
+        pid = f"best_interval_{fam}"
+        eager = g[(g["scheme"] == "eager") & (g["state_format"] == "fp32")]
+        rep = g[(g["scheme"] == "replay") & (g["state_format"] == "fp32") & (g["kind"] == "amortised")]
+        rep = rep[rep["route"].isna() | (rep["route"] == "inner")]
+        if pid not in pub or eager.empty or rep.empty:
+            continue
+        best = rep.loc[rep["time_us"].idxmin()]
+        sp = float(eager["time_us"].iloc[0]) / float(best["time_us"])
+        rows.append({"id": pid, "ours": float(best["interval"]), "source": "interval_sweep",
+                     "what": f"best measured interval, {preset} (replay fp32 {sp:.2f}x fp32 eager there, batch 256)"})
     return rows
 
 
@@ -138,9 +165,9 @@ def _spec_rows(path: str, pub: dict) -> list[dict]:
 
 
 def write_report(out: str, commands: dict[str, str], bench_files: dict[str, str], quick: bool,
-                 has_device: bool, spec_file: str | None = None) -> str:
+                 has_device: bool, spec_file: str | None = None, bench_roots=()) -> str:
     pub = published()
-    rows = ours(os.path.join(out, "results"), bench_files, spec_file)
+    rows = ours(os.path.join(out, "results"), bench_files, spec_file, bench_roots)
     lines = ["# Reproduction report", "",
              f"Made by `scripts/reproduce.sh{' --quick' if quick else ''}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."
              + (" **Quick mode: reduced sizes (256 steps, 8 heads, the LM over 64 bytes); the numbers only show the "
@@ -162,6 +189,8 @@ def write_report(out: str, commands: dict[str, str], bench_files: dict[str, str]
         inside = " ✓" if c["inside"] else (" ✗" if c["inside"] is False else "")
         if r["source"] == "spec":
             cmd = f"`{os.path.basename(spec_file)}` (scripts/gpu_run.sh)"
+        elif r["source"] == "interval_sweep":
+            cmd = "`benchmarks/interval_sweep/` (scripts/gpu_interval_sweep.sh)"
         elif r["source"].startswith("bench:"):
             fam = r["source"].split(":", 1)[1]
             cmd = f"`{os.path.basename(bench_files[fam])}` (scripts/gpu_run.sh)"

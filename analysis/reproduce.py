@@ -139,7 +139,8 @@ def main(argv=None) -> int:
 
     progress("stage 4/4: report.md")
     from .report import write_report
-    path = write_report(out, commands, newest, quick=a.quick, has_device=has_device, spec_file=spec_file)
+    path = write_report(out, commands, newest, quick=a.quick, has_device=has_device, spec_file=spec_file,
+                        bench_roots=bench_roots)
     missing = [n for n in expected_figures() if not all(
         os.path.getsize(p) > 0 for p in [os.path.join(fig_dir, f"{n}.{e}") for e in ("png", "svg")]
         if os.path.exists(p)) or not os.path.exists(os.path.join(fig_dir, f"{n}.png"))]

@@ -397,6 +397,7 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("cuda_driver", std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10));
     benchmark::AddCustomContext("git_commit", REPLAYSSM_GIT_COMMIT);
     benchmark::AddCustomContext("geometry", g_model.geometry_string());
+    benchmark::AddCustomContext("preset", g_opt.preset);
     benchmark::AddCustomContext("copy_ceiling_GBps", std::to_string(g_copy_GBps));
     benchmark::AddCustomContext("read_ceiling_GBps", std::to_string(g_read_GBps));
     benchmark::AddCustomContext("method", "CUDA graph of n x [256 MiB memset, step] minus the graph without the step, "

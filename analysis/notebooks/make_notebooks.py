@@ -26,8 +26,9 @@ NOTEBOOKS = {
         "error_accumulation"),
     "3_interval_sweep": (
         "# Interval sweep\nModelled traffic and measured GPU µs per step against the checkpoint interval "
-        "(configs/paper/interval_sweep.ini; GPU: the newest benchmark JSON).",
-        "fig = figures.interval_sweep(ctx.summary('interval_sweep'), ctx.bench())",
+        "(configs/paper/interval_sweep.ini; GPU: every geometry preset's interval sweep in benchmarks/interval_sweep/, "
+        "as a ratio to fp32 eager; without them, the newest benchmark JSON).",
+        "fig = figures.interval_sweep(ctx.summary('interval_sweep'), ctx.bench(), presets=ctx.interval_bench())",
         "interval_sweep"),
     "4_gpu_speedup": (
         "# GPU speed-up\nReplay over eager against batch size, and achieved bandwidth as a share of the ceilings "

@@ -167,6 +167,11 @@ def test_every_figure(files):
     assert [t.get_text() for t in f.axes[1].texts if t.get_text().startswith("no data")] == []
     f = figures.interval_sweep(s, None)
     assert any(t.get_text().startswith("no data: GPU benchmark JSON") for t in f.axes[1].texts)
+    presets = bench.read_interval_sweeps(os.path.join(ROOT, "benchmarks"))  # every geometry preset, committed
+    assert presets is not None and presets["preset"].nunique() == 7
+    f = figures.interval_sweep(s, df, presets=presets)
+    assert sum("eager" in lab and "µs" in lab for lab in _labels(f.axes[1])) == 7
+    assert "every preset, modelled (colours as right)" in _labels(f.axes[0])
 
     f = figures.gpu_speedup(df)
     assert len(f.axes) == 2 and any("K=16" in lab for lab in _labels(f.axes[0]))
@@ -220,6 +225,13 @@ def test_spec_benchmark_and_figure():
     m4 = spec[(spec.family == "mamba2") & (spec.batch == 256) & (spec.window == 4)]
     assert got["us_mamba2_spec_replay_T4_b256"] == pytest.approx(float(m4["us_verify_amortised"].iloc[0]))
     assert {"us_gdn_spec_standard_T4_b256", "spec_eager_verify_cost_T6"} <= set(got)
+
+
+def test_interval_sweep_rows():
+    rows = report.ours("/nonexistent", {}, None, [os.path.join(ROOT, "benchmarks")])
+    best = [r for r in rows if r["id"].startswith("best_interval_")]
+    assert len(best) == 7 and {r["id"] for r in best} == {"best_interval_mamba2", "best_interval_gdn"}
+    assert all(r["ours"] in (4, 8, 16, 32) and "batch 256" in r["what"] for r in best)
 
 
 def test_quick_reproduction(tmp_path):
