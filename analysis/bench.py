@@ -26,8 +26,8 @@ _AGG = re.compile(r"^(?:manual|real)_time(?:_(\w+))?$")
 
 def parse_name(name: str) -> dict:
     """The columns a benchmark name encodes (see the module doc). Unknown segments are kept in `extra`."""
-    out = {"scheme": None, "route": None, "state_format": None, "interval": None, "kind": None, "batch": None,
-           "window": None, "stat": None, "case": None}
+    out = {"scheme": None, "variant": None, "route": None, "state_format": None, "interval": None, "kind": None,
+           "batch": None, "window": None, "stat": None, "case": None}
     parts = name.split("/")
     extra = []
     for i, seg in enumerate(parts):
@@ -35,7 +35,8 @@ def parse_name(name: str) -> dict:
         if m:
             out["stat"] = m.group(1) or "iteration"
         elif i == 0:
-            out["scheme"] = seg
+            m = re.fullmatch(r"(replay|dual)_(\w+)", seg)  # a kernel variant of the scheme: replay_g, replay_g_h4, ...
+            out["scheme"], out["variant"] = (m.group(1), m.group(2)) if m else (seg, None)
         elif seg in _KINDS:
             out["kind"] = seg
         elif seg in _ROUTES:
@@ -108,10 +109,13 @@ def read_benchmark(path: str) -> tuple[pd.DataFrame, dict]:
     return df, ctx
 
 
-def step_times(df: pd.DataFrame, stat: str = "median") -> pd.DataFrame:
+def step_times(df: pd.DataFrame, stat: str = "median", variants: bool = False) -> pd.DataFrame:
     """One row per (scheme, route, state_format, interval, kind, batch): the chosen statistic (stat column) of the repetitions (or
-    the single iteration when there were none), without the ceilings."""
+    the single iteration when there were none), without the ceilings. Kernel variants other than the one the decoders
+    use (names like replay_g/..., column `variant`) are left out unless `variants`."""
     d = df[(df["scheme"] != "ceiling")]
+    if not variants and "variant" in d:
+        d = d[d["variant"].isna()]
     agg = d[d["stat"] == stat]
     if agg.empty:
         agg = d[d["stat"].isin(["iteration", None])]

@@ -193,12 +193,15 @@ def _interval_presets(a_bytes, a_us, presets: pd.DataFrame, batch: int) -> None:
                          marker=".", color=c, label="every preset, modelled (colours as right)" if i == 0 else None)
     a_us.axhline(1.0, color="grey", lw=0.8, ls=":", label="fp32 eager")
     a_us.set(xscale="log", ylabel=f"GPU time per step / fp32 eager (batch {batch})")
-    ks = sorted(st["interval"].dropna().astype(int).unique())
-    for a in (a_bytes, a_us):
-        a.set_xticks(ks)
-        a.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
-        a.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    _interval_ticks(a_us, st["interval"])
     a_us.legend(loc="upper left", fontsize="xx-small")
+
+
+def _interval_ticks(ax, intervals) -> None:
+    """The intervals themselves as the ticks of a log axis."""
+    ax.set_xticks(sorted({int(k) for k in intervals.dropna()}))
+    ax.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
 
 
 def interval_sweep(summary: pd.DataFrame, bench: pd.DataFrame | None = None, batch: int = 256, pub=None,
@@ -227,6 +230,7 @@ def interval_sweep(summary: pd.DataFrame, bench: pd.DataFrame | None = None, bat
     a_bytes.xaxis.set_major_formatter(matplotlib.ticker.ScalarFormatter())
     if presets is not None and not presets.empty:
         _interval_presets(a_bytes, a_us, presets, batch)
+        _interval_ticks(a_bytes, pd.concat([df["interval"], presets["interval"]]).astype("float"))
         a_bytes.legend(loc="best", fontsize="x-small")
         a_us.set(xlabel="checkpoint interval K (steps)")
         return fig
@@ -282,10 +286,12 @@ def gpu_speedup(bench: pd.DataFrame | None, interval: int | None = None, pub=Non
         sp = _speedups(bench)
         if interval is not None:
             sp = sp[sp["interval"] == interval]
-        for i, (key, g) in enumerate(sp.groupby(["family", "scheme", "state_format", "interval"], sort=False)):
+        for i, ((fam, sch, route, sf, k), g) in enumerate(sp.groupby(
+                ["family", "scheme", "route", "state_format", "interval"], dropna=False, sort=False)):
             g = g.sort_values("batch")
+            name = " ".join(x for x in (fam, sch, route if isinstance(route, str) else "", sf) if x)
             a_sp.plot(g["batch"].astype(float), g["speedup"], marker="o", color=PALETTE[i % len(PALETTE)],
-                      label="{} {} {} K={}".format(*key))
+                      label=f"{name} K={k}")
         from .bench import step_times
         st = step_times(bench)
         st = st[st["kind"].isin(["nonflush", "flush"]) | (st["scheme"] == "eager")]
@@ -298,8 +304,8 @@ def gpu_speedup(bench: pd.DataFrame | None, interval: int | None = None, pub=Non
             a_bw.plot(g["batch"].astype(float), share, marker="o", color=PALETTE[i % len(PALETTE)],
                       label=f"{fam} {sch} {sf} {kind if isinstance(kind, str) else ''}".strip())
         a_bw.axhline(1.0, color="black", lw=0.8, ls="--", label="measured ceiling")
-        a_bw.legend(loc="best", ncol=1)
-        a_sp.legend(loc="best")
+        a_bw.legend(loc="best", ncol=1, fontsize="xx-small")
+        a_sp.legend(loc="best", fontsize="xx-small")
     _pub_point(a_sp, 256, p["speedup_kernel_mamba2_b256"], "published: Mamba-2 kernel, batch 256")
     _pub_point(a_sp, 256 * 1.15, p["speedup_kernel_gdn_b256"], "published: GDN kernel, batch 256")
     _pub_point(a_sp, 1, p["speedup_kernel_b1"], "published: batch 1")
