@@ -20,7 +20,7 @@ import pandas as pd
 
 _KINDS = ("nonflush", "flush", "amortised")
 _ROUTES = ("inner", "reconstruct")
-_SCHEMES = ("eager", "replay", "dual", "spec-eager", "spec-replay", "ceiling")
+_SCHEMES = ("eager", "replay", "dual", "spec-eager", "spec-replay", "ceiling", "fla_eager")
 _AGG = re.compile(r"^(?:manual|real)_time(?:_(\w+))?$")
 
 
