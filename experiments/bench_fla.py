@@ -52,6 +52,9 @@ def main() -> int:
     except Exception as e:  # noqa: BLE001 - any import failure means no comparison
         print(f"bench_fla: fla-core not importable ({type(e).__name__}: {e})", file=sys.stderr)
         return 1
+    if not torch.cuda.is_available():
+        print("bench_fla: no CUDA device visible to torch", file=sys.stderr)
+        return 1
     HK, HV, K, V = GEOMETRY[preset]
     dev = torch.device("cuda")
     rows = []

@@ -10,6 +10,7 @@ benchmarks/bench_spec_cuda_h200.json whole.
 """
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -231,6 +232,23 @@ def test_spec_benchmark_and_figure():
     m4 = spec[(spec.family == "mamba2") & (spec.batch == 256) & (spec.window == 4)]
     assert got["us_mamba2_spec_replay_T4_b256"] == pytest.approx(float(m4["us_verify_amortised"].iloc[0]))
     assert {"us_gdn_spec_standard_T4_b256", "spec_eager_verify_cost_T6"} <= set(got)
+
+
+def test_bench_fla_refuses_bad_input_and_keeps_the_json(tmp_path):
+    script = os.path.join(ROOT, "experiments/bench_fla.py")
+    run = lambda *args: subprocess.run([sys.executable, script, *args], capture_output=True, text=True)  # noqa: E731
+    p = run("--json", str(tmp_path / "missing.json"))
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "missing.json" in p.stderr
+    doc = tmp_path / "gdn.json"
+    doc.write_text(json.dumps({"context": {"preset": "nemotron3-super-120b"}, "benchmarks": []}))
+    p = run("--json", str(doc))
+    assert p.returncode == 2 and "not a GDN preset" in p.stderr
+    p = run("--json", str(doc), "--preset", "qwen35-4b", "--batches", "1,x")
+    assert p.returncode == 2 and "--batches" in p.stderr
+    before = doc.read_text()
+    p = run("--json", str(doc), "--preset", "qwen35-4b")  # without a GPU (or fla-core) it must change nothing
+    if p.returncode != 0:
+        assert p.stderr.count("\n") == 1 and doc.read_text() == before
 
 
 def test_interval_sweep_rows():
