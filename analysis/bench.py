@@ -70,6 +70,18 @@ def _family(ctx: dict, path: str) -> str:
     return ""
 
 
+def _context(doc: dict) -> dict:
+    """The JSON's context with the numbers AddCustomContext wrote as text (ceilings, sms, ...) as floats."""
+    ctx = dict(doc.get("context", {}))
+    for k, v in list(ctx.items()):
+        if isinstance(v, str):
+            try:
+                ctx[k] = float(v)
+            except ValueError:
+                pass
+    return ctx
+
+
 def read_benchmark(path: str) -> tuple[pd.DataFrame, dict]:
     """One benchmark JSON: (table with one row per benchmark entry, context dict). Numeric context values written as
     text by AddCustomContext (copy_ceiling_GBps, read_ceiling_GBps, sms) are converted to numbers."""
@@ -80,13 +92,7 @@ def read_benchmark(path: str) -> tuple[pd.DataFrame, dict]:
             raise ValueError(f"{path}: not JSON ({e})") from None
     if not isinstance(doc, dict) or "benchmarks" not in doc:
         raise ValueError(f"{path}: no 'benchmarks' list: not Google Benchmark JSON output")
-    ctx = dict(doc.get("context", {}))
-    for k, v in list(ctx.items()):
-        if isinstance(v, str):
-            try:
-                ctx[k] = float(v)
-            except ValueError:
-                pass
+    ctx = _context(doc)
     rows = []
     for b in doc["benchmarks"]:
         row = dict(b)
@@ -132,13 +138,7 @@ def read_spec_benchmark(path: str, stat: str = "median") -> tuple[pd.DataFrame, 
     the family, unlike the per-family benchmarks, so it has its own reader; the commit cases are left out."""
     with open(path) as fh:
         doc = json.load(fh)
-    ctx = dict(doc.get("context", {}))
-    for k, v in list(ctx.items()):
-        if isinstance(v, str):
-            try:
-                ctx[k] = float(v)
-            except ValueError:
-                pass
+    ctx = _context(doc)
     picked, singles = {}, {}
     for b in doc.get("benchmarks", []):
         m = _SPEC_CASE.match(re.sub(r"/iterations:.*$", "", b.get("run_name", b["name"])))

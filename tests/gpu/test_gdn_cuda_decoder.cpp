@@ -44,6 +44,8 @@
 #include "run/runner.h"
 #include "trace/synth.h"
 
+#include "gpu_test_util.h"
+
 using namespace rssm;
 using Catch::Matchers::Contains;
 
@@ -51,16 +53,6 @@ namespace {
 
 using Params = std::vector<std::pair<std::string, std::string>>;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-bool device_present() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    (void)cudaGetLastError();
-    WARN("no CUDA device: GPU test skipped");
-    return false;
-  }
-  return true;
-}
 
 // Running max and mean that keep a NaN (a NaN output must fail, not vanish in std::max).
 double max_of(const std::vector<double>& v) {
@@ -174,7 +166,7 @@ TEST_CASE("gdn cuda decoder: what the kernels do not cover is a precise skip rea
 
 TEST_CASE("gdn cuda decoder: an untileable geometry is a config error at reset, a Mamba-2 layer a bug",
           "[gpu][gdn][decoder]") {
-  if (!device_present()) return;
+  if (!gpu_test::have_device()) return;
   const auto d = make_decoder(scheme_of({{"decoder", "replay"}}, Backend::Cuda), Family::GDN, 1);
   CHECK_THROWS_AS(d->reset(model_preset("nemotron3-nano-4b"), 1), InternalError);
   SynthSource odd(synth({1, 2, 24, 8}, 4, 1));  // K=24: 6 fp32 lanes, not a power of two
@@ -185,7 +177,7 @@ TEST_CASE("gdn cuda decoder: an untileable geometry is a config error at reset, 
 
 TEST_CASE("gdn cuda decoder: cpu and cuda twins in lockstep, both routes, against fp64 and each other",
           "[gpu][gdn][decoder]") {
-  if (!device_present()) return;
+  if (!gpu_test::have_device()) return;
   std::vector<Params> schemes = {
       {{"decoder", "eager"}, {"state_format", "fp32"}},
       {{"decoder", "eager"}, {"state_format", "bf16"}},
@@ -303,7 +295,7 @@ TEST_CASE("gdn cuda decoder: cpu and cuda twins in lockstep, both routes, agains
 
 TEST_CASE("gdn cuda decoder: a cpu,cuda sweep over both routes through the runner stores both backends",
           "[gpu][gdn][decoder][runner]") {
-  if (!device_present()) return;
+  if (!gpu_test::have_device()) return;
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / fmt::format("rssm_gdn_cuda_decoder_{}",
                                                                std::chrono::steady_clock::now().time_since_epoch().count());

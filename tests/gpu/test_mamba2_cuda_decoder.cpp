@@ -37,6 +37,8 @@
 #include "run/runner.h"
 #include "trace/synth.h"
 
+#include "gpu_test_util.h"
+
 using namespace rssm;
 using Catch::Matchers::Contains;
 
@@ -44,16 +46,6 @@ namespace {
 
 using Params = std::vector<std::pair<std::string, std::string>>;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-bool device_present() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    (void)cudaGetLastError();
-    WARN("no CUDA device: GPU test skipped");
-    return false;
-  }
-  return true;
-}
 
 // Running max and mean that keep a NaN (a NaN output must fail, not vanish in std::max).
 double max_of(const std::vector<double>& v) {
@@ -155,7 +147,7 @@ TEST_CASE("cuda decoder: what the kernels do not cover is a precise skip reason"
 
 TEST_CASE("cuda decoder: an untileable geometry is a config error at reset, another family's layer a bug",
           "[gpu][decoder]") {
-  if (!device_present()) return;
+  if (!gpu_test::have_device()) return;
   Model gdn = model_preset("qwen35-4b");
   const auto d = make_decoder(scheme_of({{"decoder", "replay"}}, Backend::Cuda), Family::Mamba2, 1);
   CHECK_THROWS_AS(d->reset(gdn, 1), InternalError);  // the backend picks the decoder by the layer's family
@@ -165,7 +157,7 @@ TEST_CASE("cuda decoder: an untileable geometry is a config error at reset, anot
 }
 
 TEST_CASE("cuda decoder: cpu and cuda twins in lockstep, against fp64 and each other", "[gpu][decoder]") {
-  if (!device_present()) return;
+  if (!gpu_test::have_device()) return;
   const std::vector<Params> schemes = {
       {{"decoder", "eager"}, {"state_format", "fp32"}},
       {{"decoder", "eager"}, {"state_format", "bf16"}},
@@ -272,7 +264,7 @@ TEST_CASE("cuda decoder: cpu and cuda twins in lockstep, against fp64 and each o
 
 TEST_CASE("cuda decoder: a cpu,cuda sweep through the runner stores both backends and their difference",
           "[gpu][decoder][runner]") {
-  if (!device_present()) return;
+  if (!gpu_test::have_device()) return;
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() /
                        fmt::format("rssm_cuda_decoder_{}", std::chrono::steady_clock::now().time_since_epoch().count());

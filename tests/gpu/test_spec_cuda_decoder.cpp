@@ -26,6 +26,8 @@
 #include "run/lockstep.h"
 #include "trace/synth.h"
 
+#include "gpu_test_util.h"
+
 using namespace rssm;
 using Catch::Matchers::Contains;
 
@@ -33,16 +35,6 @@ namespace {
 
 using Params = std::vector<std::pair<std::string, std::string>>;
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-bool device_present() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
-    (void)cudaGetLastError();
-    WARN("no CUDA device: GPU test skipped");
-    return false;
-  }
-  return true;
-}
 
 double max_of(const std::vector<double>& v) {
   double m = v.empty() ? kNaN : 0;
@@ -101,7 +93,7 @@ TEST_CASE("spec cuda decoder: what the verify kernels do not cover is a precise 
 
 TEST_CASE("spec cuda decoder: cpu and cuda twins in lockstep over windows cut by chunks, against fp64 and each other",
           "[gpu][spec][decoder]") {
-  if (!device_present()) return;
+  if (!gpu_test::have_device()) return;
   const std::vector<Params> schemes = {
       {{"decoder", "eager"}, {"state_format", "fp32"}, {"window", "4"}},
       {{"decoder", "eager"}, {"state_format", "bf16"}, {"window", "3"}, {"acceptance", "prob:0.5"}},
