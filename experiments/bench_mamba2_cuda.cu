@@ -65,7 +65,12 @@ struct Config {
   int batch;
   int variant = 0;  // replay kernel (Mamba2ReplayLaunch::variant): 1 = grouped, named replay_g / dual_g
   int heads = 0;    // variant 1: heads per CTA forced (named replay_g_hN), 0 = the launcher's choice
+  int stages = 0;   // pipelined variants: stages per CTA forced (named _sN), 0 = the launcher's choice
+  int ctas = 0;     // pipelined variants: CTAs per SM (named _cN), 0 = the launcher's choice (1)
 };
+
+// The pipelined kernel of each scheme: eager variant 1, replay / dual variant 2 (named eager_p, replay_p, dual_p).
+bool pipelined(const Config& c) { return c.scheme == Scheme::Eager ? c.variant == 1 : c.variant == 2; }
 
 const char* kind_name(Kind k) {
   switch (k) {
@@ -78,8 +83,11 @@ const char* kind_name(Kind k) {
 
 std::string bench_name(const Config& c) {
   std::string s = c.scheme == Scheme::Eager ? "eager" : c.scheme == Scheme::Replay ? "replay" : "dual";
-  if (c.variant == 1) s += "_g";
+  if (pipelined(c)) s += "_p";
+  else if (c.variant == 1) s += "_g";
   if (c.heads > 0) s += "_h" + std::to_string(c.heads);
+  if (c.stages > 0) s += "_s" + std::to_string(c.stages);
+  if (c.ctas > 0) s += "_c" + std::to_string(c.ctas);
   s += "/" + (c.scheme == Scheme::Dual ? "fp32+" + format_name(c.state) : format_name(c.state));
   if (c.scheme != Scheme::Eager) s += "/K" + std::to_string(c.interval) + "/" + kind_name(c.kind);
   return s + "/batch:" + std::to_string(c.batch);
@@ -166,11 +174,12 @@ void bm_step(benchmark::State& st, Config c) {
   a.d_y = y.p, a.y_format = Format::BF16;
   Mamba2EagerLaunch le;
   le.step = a, le.state_format = c.state, le.d_state = ck.p;
+  le.variant = c.variant, le.pipe_stages = c.stages, le.pipe_ctas = c.ctas;
   Mamba2ReplayLaunch lr;
   lr.step = a, lr.interval = K, lr.capacity = cap, lr.ckpt_format = dual ? Format::FP32 : c.state, lr.d_ckpt = ck.p;
   lr.dual = dual, lr.read_format = c.state, lr.d_read = dual ? rd.p : nullptr;
   lr.d_ring_x = rx.p, lr.d_ring_B = rB.p, lr.d_ring_dl = dl.p, lr.d_fill = fill.p, lr.d_arrive = arrive.p;
-  lr.variant = c.variant, lr.heads_per_cta = c.heads;
+  lr.variant = c.variant, lr.heads_per_cta = c.heads, lr.pipe_stages = c.stages, lr.pipe_ctas = c.ctas;
 
   // The step sequence of one graph: per step, the fill it starts from (-1: leave the cursor to the kernel).
   std::vector<int> seq;
@@ -229,7 +238,9 @@ void bm_step(benchmark::State& st, Config c) {
   st.counters["us_median"] = med * 1e6;
   st.counters["of_copy"] = med > 0 ? bytes / med / 1e9 / g_copy_GBps : 0;
   st.counters["of_read"] = med > 0 ? bytes / med / 1e9 / g_read_GBps : 0;
-  if (c.variant == 1) {
+  if (pipelined(c)) {
+    st.counters["p_tiles"] = 1;
+  } else if (c.variant == 1) {
     int hc = 0, pt = 0;
     mamba2_grouped_shape(lr, hc, pt);
     st.counters["p_tiles"] = pt;
@@ -247,10 +258,11 @@ void add(const Config& c) {
   else b->Iterations(10)->Repetitions(5)->ReportAggregatesOnly(true);
 }
 
-void add_replay_kinds(Scheme sc, Format f, int K, int batch, int variant = 0, int heads = 0) {
+void add_replay_kinds(Scheme sc, Format f, int K, int batch, int variant = 0, int heads = 0, int stages = 0,
+                      int ctas = 0) {
   for (Kind k : {Kind::Nonflush, Kind::Flush, Kind::Amortised}) {
     if (k == Kind::Nonflush && K == 1) continue;
-    add({sc, f, k, K, batch, variant, heads});
+    add({sc, f, k, K, batch, variant, heads, stages, ctas});
   }
 }
 
@@ -267,6 +279,9 @@ void register_all() {
       add_replay_kinds(Scheme::Dual, Format::BF16, 4, b);
       add_replay_kinds(Scheme::Replay, Format::BF16, 4, b, 1);
       add_replay_kinds(Scheme::Dual, Format::BF16, 4, b, 1);
+      add({Scheme::Eager, Format::FP32, Kind::Step, 1, b, 1});
+      add_replay_kinds(Scheme::Replay, Format::BF16, 4, b, 2);
+      add_replay_kinds(Scheme::Dual, Format::BF16, 4, b, 2);
     }
     return;
   }
@@ -297,6 +312,20 @@ void register_all() {
   const int hpg = g_model.mamba2.H / g_model.mamba2.G;
   for (int hc : {4, 8})
     if (hpg % hc == 0) add_replay_kinds(Scheme::Replay, Format::FP32, 16, 256, 1, hc);
+  // The pipelined kernels (eager_p, replay_p, dual_p): eager at every batch; replay and dual at intervals 4 8 16 32,
+  // batch 1, 64, 256 (every batch with --full); the stages / CTAs-per-SM trade at fp32, interval 16, batch 256.
+  for (Format f : eager_fmts)
+    for (int b : batches) add({Scheme::Eager, f, Kind::Step, 1, b, 1});
+  for (int K : {4, 8, 16, 32})
+    for (int b : batches) {
+      if (!g_opt.full && b != 1 && b != 64 && b != 256) continue;
+      if (!g_opt.full && K != 16 && K != 32 && b != 256) continue;
+      for (const S& s : schemes) add_replay_kinds(s.sc, s.f, K, b, 2);
+    }
+  for (auto [st, ct] : {std::pair{0, 1}, std::pair{3, 1}, std::pair{2, 2}, std::pair{2, 3}}) {
+    if (ct < 3) add_replay_kinds(Scheme::Replay, Format::FP32, 16, 256, 2, 0, st, ct);
+    add({Scheme::Eager, Format::FP32, Kind::Step, 1, 256, 1, 0, st, ct});
+  }
 }
 
 }  // namespace

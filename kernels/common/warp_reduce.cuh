@@ -5,6 +5,28 @@
 
 namespace rssm {
 
+// Sum over the `width` consecutive lanes that share a state row (width a power of two <= 32), partner offsets
+// width/2, ..., 1 in that order. Unrolled over the five possible offsets with a warp-uniform test: the step kernels
+// are bound by instruction issue (ncu on the H200: 84% issue-slot use in the Mamba-2 replay step), and a loop with
+// a run-time trip count costs a shift, a compare and a branch per level on top of the shuffle and the add.
+__device__ inline float row_sum(float v, int width) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    if (o < width) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  return v;
+}
+
+// row_sum of each of N values (every lane keeps every sum), the values' shuffles of one level issued together.
+template <int N>
+__device__ inline void row_sums(float (&v)[N], int width) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1)
+    if (o < width) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) v[i] += __shfl_xor_sync(0xFFFFFFFFu, v[i], o);
+    }
+}
+
 // The speculative verify kernels (gdn_verify.cu, mamba2_verify.cu): N per-lane partial sums (N a power of two)
 // reduced over the `lanes` consecutive lanes of a state row (a power of two <= 32) with about N shuffles instead of row_sum's N·log2(lanes):
 // each step sends half of the values still held to the partner lane and keeps the other half. Every value's

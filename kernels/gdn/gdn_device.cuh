@@ -13,7 +13,7 @@
 #include <string>
 #include <type_traits>
 
-#include "common/warp_reduce.cuh"  // reduce_scatter (the speculative verify)
+#include "common/warp_reduce.cuh"  // row_sum, reduce_scatter
 #include "gdn/gdn_kernels.h"
 #include "model/formulas.h"
 #include "numeric/bits.h"
@@ -116,12 +116,6 @@ __device__ inline void store_narrow4(T* p, const float v[4]) {
 
 __device__ inline float to_f32(float v) { return v; }
 __device__ inline float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-// Sum over the `width` consecutive lanes that share a state row (width a power of two <= 32).
-__device__ inline float row_sum(float v, int width) {
-  for (int o = width >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  return v;
-}
 
 // Output element store in the run-time output format (FP32 or BF16).
 __device__ inline void store_o(void* o, long long idx, bool bf16, float v) {

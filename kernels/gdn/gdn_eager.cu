@@ -64,22 +64,32 @@ __global__ void __launch_bounds__(kThreads) gdn_eager_kernel(GdnStepArgs a, S* _
         vv[u] = 0.0f;
       }
     }
+    // The kUnroll rows' dots reduced together (row_sum's tree per value, no per-row loop: the step is bound by
+    // instruction issue); the outputs' dots with reduce_scatter, each sum ending on the lane that writes it.
+    float dk[kUnroll], dq[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      dk[u] = 0.0f;
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) dk[u] = fmaf(s[u][e], kv[e], dk[u]);
+    }
+    row_sums(dk, lanes);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int i = i0 + u * rows_per_pass + rsub;
-      float dk = 0.0f;
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) dk = fmaf(s[u][e], kv[e], dk);
-      dk = row_sum(dk, lanes);
-      const float upd = gt.beta * (vv[u] - gt.alpha * dk);
+      const float upd = gt.beta * (vv[u] - gt.alpha * dk[u]);
 #pragma unroll
       for (int e = 0; e < kVec; ++e) s[u][e] = fmaf(gt.alpha, s[u][e], upd * kv[e]);
       if (i < v_end) StateVec<S>::store(head + static_cast<long long>(i) * K, s[u]);  // s now holds stored values
-      float dq = 0.0f;
+      dq[u] = 0.0f;
 #pragma unroll
-      for (int e = 0; e < kVec; ++e) dq = fmaf(s[u][e], qv[e], dq);
-      dq = row_sum(dq, lanes);
-      if (c == 0 && i < v_end) store_o(a.d_o, row * os + static_cast<long long>(h) * V + i, o_bf16, dq);
+      for (int e = 0; e < kVec; ++e) dq[u] = fmaf(s[u][e], qv[e], dq[u]);
+    }
+    const Scattered r = reduce_scatter<kUnroll>(dq, lanes);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = i0 + (r.first + u) * rows_per_pass + rsub;
+      if (u < r.count && r.owner && i < v_end) store_o(a.d_o, row * os + static_cast<long long>(h) * V + i, o_bf16, dq[u]);
     }
   }
 }

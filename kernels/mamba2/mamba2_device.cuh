@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/warp_reduce.cuh"  // row_sum, reduce_scatter
 #include "mamba2/mamba2_kernels.h"
 #include "model/formulas.h"
 #include "numeric/bits.h"
@@ -156,12 +157,6 @@ __device__ inline float delta_of(float dt_raw, float dt_bias, float dt_min, floa
 
 __device__ inline float gate(float y, float z) { return silu_gate<float>(y, z); }
 
-// Sum over the `width` consecutive lanes that share a state row (width a power of two <= 32).
-__device__ inline float row_sum(float v, int width) {
-  for (int o = width >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  return v;
-}
-
 // Output element store in the run-time output format (FP32 or BF16).
 __device__ inline void store_y(void* y, long long idx, bool bf16, float v) {
   if (bf16)
@@ -230,6 +225,10 @@ inline void check_state_rows(const char* what, int N, int vec, const void* p) {
 // The grouped variant's launcher (mamba2_replay_grouped.cu), called by mamba2_replay_step after its checks;
 // `streamed` is the format a non-flush step reads.
 void replay_grouped(const Mamba2ReplayLaunch& l, Format streamed, cudaStream_t stream);
+
+// The pipelined variants' launchers (mamba2_pipelined.cu), called after the common checks.
+void eager_pipelined(const Mamba2EagerLaunch& l, cudaStream_t stream);
+void replay_pipelined(const Mamba2ReplayLaunch& l, cudaStream_t stream);
 
 }  // namespace m2
 }  // namespace rssm

@@ -72,6 +72,7 @@ __global__ void __launch_bounds__(kThreads) mamba2_eager_kernel(Mamba2StepArgs a
     __syncthreads();
     for (int p0 = s0; p0 < s1; p0 += chunk) {
       if (p0 != p_begin) load_chunk<S, R>(q, head, t, p0, s1, N);
+      float acc[R];
 #pragma unroll
       for (int u = 0; u < R; ++u) {
         const int p = p0 + u * t.rpp + t.rsub;
@@ -82,12 +83,19 @@ __global__ void __launch_bounds__(kThreads) mamba2_eager_kernel(Mamba2StepArgs a
 #pragma unroll
         for (int k = 0; k < kVec; ++k) s[k] = fmaf(decay, s[k], dx * Bv[k]);
         if (p < s1) StateVec<S>::store(head + static_cast<long long>(p) * N, s);  // s now holds stored values
-        float acc = 0.0f;
+        acc[u] = 0.0f;
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) acc = fmaf(s[k], Cv[k], acc);
-        acc = row_sum(acc, t.lanes);
-        if (t.c == 0 && p < s1) {
-          float out = acc + s_d[pl] * s_x[pl];
+        for (int k = 0; k < kVec; ++k) acc[u] = fmaf(s[k], Cv[k], acc[u]);
+      }
+      // The chunk's R row dots reduced together (the same tree as row_sum, about R shuffles instead of R·log2(lanes));
+      // each row's sum ends on one lane, which writes its output.
+      const Scattered r = reduce_scatter<R>(acc, t.lanes);
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        const int p = p0 + (r.first + i) * t.rpp + t.rsub;
+        if (i < r.count && r.owner && p < s1) {
+          const int pl = p - s0;
+          float out = acc[i] + s_d[pl] * s_x[pl];
           if (z) out = out * s_g[pl];  // gate(out, z) with the factor computed once per row
           store_y(a.d_y, row * ys + static_cast<long long>(h) * P + p, y_bf16, out);
         }
@@ -138,6 +146,8 @@ void mamba2_eager_step(const Mamba2EagerLaunch& l, cudaStream_t stream) {
     m2::bad_launch(what, "state_format must be fp32, bf16 or fp16 (got " + format_name(l.state_format) + ")");
   if (!l.d_state) m2::bad_launch(what, "d_state must be set");
   m2::check_state_rows(what, l.step.dims.N, m2::state_vec(l.state_format), l.d_state);
+  if (l.variant != 0 && l.variant != 1) m2::bad_launch(what, "variant must be 0 or 1 (got " + std::to_string(l.variant) + ")");
+  if (l.variant == 1) return m2::eager_pipelined(l, stream);
   const int ptiles = mamba2_p_tiles(l.step.dims, l.step.batch, l.state_format);
   switch (l.state_format) {
     case Format::FP32: m2::dispatch_act<float>(l, ptiles, stream); break;

@@ -58,6 +58,11 @@ struct Mamba2EagerLaunch {
   Mamba2StepArgs step;
   Format state_format = Format::FP32;
   void* d_state = nullptr;  // [pool, H, P, N]
+  // Which kernel runs the step (same arithmetic): 0 = one CTA per (row, head, P-tile); 1 = pipelined: persistent
+  // CTAs whose producer warp bulk-copies each (row, head) tile into shared-memory stages (mamba2_pipelined.cu).
+  int variant = 0;
+  int pipe_stages = 0;  // variant 1: shared-memory stages per CTA, 0 = as many as fit
+  int pipe_ctas = 0;    // variant 1: CTAs per SM, 0 = 2
 };
 
 // Replay: a checkpoint per slot and a ring of the tokens appended since it.
@@ -87,10 +92,14 @@ struct Mamba2ReplayLaunch {
   int32_t* d_arrive = nullptr;   // [pool]
   // Which kernel runs the step (same semantics, same ring and cursor): 0 = one CTA per (row, head, P-tile);
   // 1 = grouped: one CTA per (row, group, chunk of heads_per_cta heads of the group), the slot / cursor / ring
-  // prologue done once per CTA and the heads' tiles streamed back to back (mamba2_replay_grouped.cu).
+  // prologue done once per CTA and the heads' tiles streamed back to back (mamba2_replay_grouped.cu);
+  // 2 = pipelined: persistent CTAs whose producer warp resolves slot and cursor for 32 items at once and bulk-copies
+  // each (row, head)'s tile and ring entries into shared-memory stages (mamba2_pipelined.cu).
   int variant = 0;
   int heads_per_cta = 0;  // variant 1 only: 0 = chosen from the batch; else a divisor of H/G, at most 16
   int p_tiles = 0;        // variant 1 only: 0 = chosen from the batch; else CTAs per head (needs heads_per_cta 1)
+  int pipe_stages = 0;    // variant 2 only: shared-memory stages per CTA, 0 = as many as fit
+  int pipe_ctas = 0;      // variant 2 only: CTAs per SM, 0 = 2
 };
 
 // Largest interval a replay launch accepts (per-entry weights live in shared memory).

@@ -86,6 +86,20 @@ __device__ inline void write_out(const Mamba2StepArgs& a, const TileCtx& t, cons
   store_y(a.d_y, t.row * t.ys + static_cast<long long>(t.h) * t.P + p, t.y_bf16, out);
 }
 
+// The chunk's R row dots (rows p0 + u·rpp + rsub) reduced together with reduce_scatter (row_sum's tree, about R
+// shuffles instead of R·log2(lanes): the step is bound by instruction issue) and written by the lanes that end up
+// holding them.
+template <int R, class Lay>
+__device__ inline void write_scattered(const Mamba2StepArgs& a, const TileCtx& t, const float* smem, const ReplaySmem& L,
+                                       const Lay& lay, int p0, float (&acc)[R]) {
+  const Scattered r = reduce_scatter<R>(acc, lay.lanes);
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const int p = p0 + (r.first + i) * lay.rpp + lay.rsub;
+    if (i < r.count && r.owner && p < t.p_end) write_out(a, t, smem, L, p, acc[i]);
+  }
+}
+
 // Non-flush: the tile of `src` (the read copy, or the shared checkpoint) against C_t; the first chunk is in q.
 template <class T, int R>
 __device__ void stream_read(const Mamba2StepArgs& a, const TileCtx& t, const T* src, const float* smem,
@@ -98,17 +112,16 @@ __device__ void stream_read(const Mamba2StepArgs& a, const TileCtx& t, const T* 
   for (int p0 = t.p_begin; p0 < t.p_end; p0 += R * lay.rpp) {
     uint4 q[kMaxRows];
     load_chunk<T, R>(q, src, lay, p0, t.p_end, t.N);
+    float acc[R];
 #pragma unroll
     for (int u = 0; u < R; ++u) {
-      const int p = p0 + u * lay.rpp + lay.rsub;
       float s[kVec];
       StateVec<T>::unpack(q[u], s);
-      float acc = 0.0f;
+      acc[u] = 0.0f;
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) acc = fmaf(s[k], Cv[k], acc);
-      acc = row_sum(acc, lay.lanes);
-      if (lay.c == 0 && p < t.p_end) write_out(a, t, smem, L, p, acc);
+      for (int k = 0; k < kVec; ++k) acc[u] = fmaf(s[k], Cv[k], acc[u]);
     }
+    write_scattered<R>(a, t, smem, L, lay, p0, acc);
   }
 }
 
@@ -127,20 +140,18 @@ __device__ void stream_flush(const Mamba2StepArgs& a, const TileCtx& t, T* ck, R
   for (int p0 = t.p_begin; p0 < t.p_end; p0 += R * lay.rpp) {
     uint4 q[kMaxRows];
     load_chunk<T, R>(q, ck, lay, p0, t.p_end, t.N);
-    float s[R][kVec];
+    float s[R][kVec], acc[R];
 #pragma unroll
     for (int u = 0; u < R; ++u) {
-      const int p = p0 + u * lay.rpp + lay.rsub;
       StateVec<T>::unpack(q[u], s[u]);
-      float acc = 0.0f;
+      acc[u] = 0.0f;
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        acc = fmaf(s[u][k], Cv[k], acc);
+        acc[u] = fmaf(s[u][k], Cv[k], acc[u]);
         s[u][k] *= t.decay;
       }
-      acc = row_sum(acc, lay.lanes);
-      if (lay.c == 0 && p < t.p_end) write_out(a, t, smem, L, p, acc);
     }
+    write_scattered<R>(a, t, smem, L, lay, p0, acc);
     for (int e0 = 0; e0 < t.nent; e0 += 4) {  // 4 entries per round: the x·weights of a row as one float4
       float b[4][kVec];
 #pragma unroll
@@ -440,8 +451,9 @@ void mamba2_replay_step(const Mamba2ReplayLaunch& l, cudaStream_t stream) {
     streamed = l.ckpt_format;
   }
   m2::check_state_rows(what, l.step.dims.N, m2::state_vec(l.ckpt_format), l.d_ckpt);
-  if (l.variant != 0 && l.variant != 1) m2::bad_launch(what, "variant must be 0 or 1 (got " + std::to_string(l.variant) + ")");
+  if (l.variant < 0 || l.variant > 2) m2::bad_launch(what, "variant must be 0, 1 or 2 (got " + std::to_string(l.variant) + ")");
   if (l.variant == 1) return m2::replay_grouped(l, streamed, stream);
+  if (l.variant == 2) return m2::replay_pipelined(l, stream);
   const int ptiles = mamba2_p_tiles(l.step.dims, l.step.batch, streamed);
   if (l.step.act_format == Format::BF16)
     m2::dispatch_state<__nv_bfloat16>(l, ptiles, stream);

@@ -85,6 +85,19 @@ __device__ inline void load_rows(uint4 (&q)[R], const T* base, const TileLayout<
   }
 }
 
+// The chunk's R row dots of head hl reduced together (reduce_scatter: row_sum's tree with about R shuffles) and
+// written by the lanes holding them.
+template <int R, class Lay>
+__device__ inline void write_scattered(const Mamba2StepArgs& a, const GroupedCtx& t, const float* smem,
+                                       const GroupedSmem& L, const Lay& lay, int hl, int p0, float (&acc)[R]) {
+  const Scattered r = reduce_scatter<R>(acc, lay.lanes);
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const int p = p0 + (r.first + i) * lay.rpp + lay.rsub;
+    if (i < r.count && r.owner && p < t.p_end) out_pair(a, t, smem, L, hl, p, acc[i]);
+  }
+}
+
 // Non-flush: every head's tile against C_t, chunks of all heads in one pipelined sequence.
 template <class T>
 __device__ void grouped_read(const Mamba2StepArgs& a, const GroupedCtx& t, const T* src, const float* smem,
@@ -99,17 +112,16 @@ __device__ void grouped_read(const Mamba2StepArgs& a, const GroupedCtx& t, const
   const int span = R * lay.rpp, cph = (t.rows + span - 1) / span, total = t.hc * cph;
   auto consume = [&](const uint4 (&q)[R], int ci) {
     const int hl = ci / cph, p0 = t.p_begin + (ci % cph) * span;
+    float acc[R];
 #pragma unroll
     for (int u = 0; u < R; ++u) {
-      const int p = p0 + u * lay.rpp + lay.rsub;
       float s[kVec];
       StateVec<T>::unpack(q[u], s);
-      float acc = 0.0f;
+      acc[u] = 0.0f;
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) acc = fmaf(s[k], Cv[k], acc);
-      acc = row_sum(acc, lay.lanes);
-      if (lay.c == 0 && p < t.p_end) out_pair(a, t, smem, L, hl, p, acc);
+      for (int k = 0; k < kVec; ++k) acc[u] = fmaf(s[k], Cv[k], acc[u]);
     }
+    write_scattered<R>(a, t, smem, L, lay, hl, p0, acc);
   };
   auto issue = [&](uint4 (&q)[R], int ci) {
     const int hl = ci / cph, within = ci % cph;
@@ -147,20 +159,18 @@ __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t,
   for (int p0 = t.p_begin; p0 < t.p_end; p0 += R * lay.rpp) {
     uint4 q[R];
     load_rows<T, R>(q, ck + lay.c * kVec, lay, t, hl, p0);
-    float s[R][kVec];
+    float s[R][kVec], acc[R];
 #pragma unroll
     for (int u = 0; u < R; ++u) {
-      const int p = p0 + u * lay.rpp + lay.rsub;
       StateVec<T>::unpack(q[u], s[u]);
-      float acc = 0.0f;
+      acc[u] = 0.0f;
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        acc = fmaf(s[u][k], Cv[k], acc);
+        acc[u] = fmaf(s[u][k], Cv[k], acc[u]);
         s[u][k] *= decay;
       }
-      acc = row_sum(acc, lay.lanes);
-      if (lay.c == 0 && p < t.p_end) out_pair(a, t, smem, L, hl, p, acc);
     }
+    write_scattered<R>(a, t, smem, L, lay, hl, p0, acc);
     for (int e0 = 0; e0 < t.nent; e0 += 4) {
       float b[4][kVec];
 #pragma unroll

@@ -53,7 +53,8 @@ struct Case {
   Format yfmt = Format::FP32;
   int interval = 1;
   bool has_z = false, d_per_dim = false, dt_limits = false;
-  int variant = 0;        // replay kernel (Mamba2ReplayLaunch::variant): 0 per head, 1 grouped
+  int variant = 0;        // replay kernel (Mamba2ReplayLaunch::variant): 0 per head, 1 grouped, 2 pipelined;
+                          // eager kernel (Mamba2EagerLaunch::variant): 0 per head, 1 pipelined
   int heads_per_cta = 0;  // variant 1: 0 = the launcher's choice
   int p_tiles = 0;        // variant 1: 0 = the launcher's choice
   std::string name() const {
@@ -66,9 +67,10 @@ struct Case {
     if (has_z) s += " z";
     if (d_per_dim) s += " D[H,P]";
     if (dt_limits) s += " dt-limits";
-    if (variant == 1)
+    if (variant == 1 && kind != Kind::Eager)
       s += heads_per_cta > 0 ? fmt::format(" grouped(h={}{})", heads_per_cta, p_tiles > 0 ? fmt::format(",t={}", p_tiles) : "")
                              : " grouped(auto)";
+    if ((variant == 2 && kind != Kind::Eager) || (variant == 1 && kind == Kind::Eager)) s += " pipelined";
     return s;
   }
 };
@@ -197,7 +199,7 @@ void run_case(const Case& c, uint64_t seed) {
   Mamba2EagerLaunch le;
   Mamba2ReplayLaunch lr;
   if (eager) {
-    le.step = a, le.state_format = sf, le.d_state = dck.p;
+    le.step = a, le.state_format = sf, le.d_state = dck.p, le.variant = c.variant;
   } else {
     lr.step = a, lr.interval = K, lr.capacity = cap, lr.ckpt_format = sf, lr.d_ckpt = dck.p, lr.dual = dual;
     lr.read_format = c.read, lr.d_read = dual ? drd->p : nullptr;
@@ -434,33 +436,35 @@ uint64_t seed_for(const Case& c) { return std::hash<std::string>{}(c.name()) ^ C
 TEST_CASE("mamba2 cuda eager: every state and activation format, small geometry", "[gpu][mamba2][eager]") {
   if (!have_device()) return;
   for (Format s : {Format::FP32, Format::BF16, Format::FP16})
-    for (Format act : {Format::BF16, Format::FP32}) {
-      Case c;
-      c.geo = "small", c.dims = small(), c.kind = Kind::Eager, c.state = s, c.act = act;
-      c.has_z = act == Format::FP32, c.d_per_dim = s == Format::BF16, c.dt_limits = s == Format::FP16;
-      run_case(c, seed_for(c));
-    }
+    for (Format act : {Format::BF16, Format::FP32})
+      for (int variant : {0, 1}) {
+        Case c;
+        c.geo = "small", c.dims = small(), c.kind = Kind::Eager, c.state = s, c.act = act, c.variant = variant;
+        c.has_z = act == Format::FP32, c.d_per_dim = s == Format::BF16, c.dt_limits = s == Format::FP16;
+        run_case(c, seed_for(c));
+      }
 }
 
 TEST_CASE("mamba2 cuda eager: Nemotron-3 geometries", "[gpu][mamba2][eager]") {
   if (!have_device()) return;
   for (auto [geo, dims] : {std::pair{"nano-4b", nano4b()}, std::pair{"super-120b", super120b()}})
-    for (Format s : {Format::FP32, Format::BF16}) {
-      Case c;
-      c.geo = geo, c.dims = dims, c.kind = Kind::Eager, c.state = s, c.has_z = true;
-      run_case(c, seed_for(c));
-    }
+    for (Format s : {Format::FP32, Format::BF16})
+      for (int variant : {0, 1}) {
+        Case c;
+        c.geo = geo, c.dims = dims, c.kind = Kind::Eager, c.state = s, c.has_z = true, c.variant = variant;
+        run_case(c, seed_for(c));
+      }
 }
 
 // Replay kernels every replay/dual case runs through: variant 0 (one CTA per head), variant 1 with every head of a
 // group in one CTA (heads_per_cta = H/G: the serving-batch shape) and, where `more`, variant 1 as the launcher
 // shapes it for these 4 rows, and with one head per CTA split in 4 P-tiles (the batch-1 shape; Nano-4B's 20-row
-// tiles take the unaligned ring path).
+// tiles take the unaligned ring path); and variant 2 (pipelined).
 struct VariantRun {
   int variant, heads, tiles;
 };
 std::vector<VariantRun> replay_variants(const Mamba2Dims& d, bool more) {
-  std::vector<VariantRun> v = {{0, 0, 0}, {1, d.H / d.G, 0}};
+  std::vector<VariantRun> v = {{0, 0, 0}, {1, d.H / d.G, 0}, {2, 0, 0}};
   if (more) {
     v.push_back({1, 0, 0});
     if (d.P >= 32) v.push_back({1, 1, 4});
@@ -532,7 +536,7 @@ TEST_CASE("mamba2 cuda launchers reject bad launch structs with a message naming
     g.d_ring_dl = reinterpret_cast<float*>(slot), g.d_fill = slot, g.d_arrive = slot;
     g.variant = 1, g.heads_per_cta = 3;
     CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("heads_per_cta"));
-    g.variant = 2;
+    g.variant = 3;
     CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("variant"));
     cudaFree(slot);
   }
