@@ -6,7 +6,9 @@
 //     --preset  geometry preset of model/model.h (default nemotron3-super-120b; e.g. nemotron3-nano-4b)
 //     --full    the full sweep (intervals 4 8 16 32 × batch 1 8 64 256 512 × every scheme, fp16 too); default: interval
 //               16 at every batch, intervals 4 8 32 at batch 1 and 256 (about a minute on an H200), and the grouped
-//               replay kernel (variant 1, names replay_g/ and dual_g/) at intervals 16 and 32, batch 1, 64, 256
+//               replay kernel (variant 1, names replay_g/ and dual_g/) at intervals 16 and 32, batch 1, 64, 256, and the
+//               pipelined kernels (eager variant 1, replay variant 2: eager_p/, replay_p/, dual_p/) at interval 16,
+//               batch 1, 64, 256
 //     --z       with the output gate z (default off: serving engines gate in the following norm)
 //     --smoke   a few tiny cases, one repetition (ctest); exits 0 with a message when no GPU exists
 //     --once    one iteration of one repetition per case (for ncu: few launches to replay)
@@ -312,20 +314,21 @@ void register_all() {
   const int hpg = g_model.mamba2.H / g_model.mamba2.G;
   for (int hc : {4, 8})
     if (hpg % hc == 0) add_replay_kinds(Scheme::Replay, Format::FP32, 16, 256, 1, hc);
-  // The pipelined kernels (eager_p, replay_p, dual_p): eager at every batch; replay and dual at intervals 4 8 16 32,
-  // batch 1, 64, 256 (every batch with --full); the stages / CTAs-per-SM trade at fp32, interval 16, batch 256.
+  // The pipelined kernels (eager_p, replay_p, dual_p) at interval 16, batch 1, 64, 256 (--full: every interval and
+  // batch, and the stages / CTAs-per-SM trade at fp32, interval 16, batch 256).
   for (Format f : eager_fmts)
-    for (int b : batches) add({Scheme::Eager, f, Kind::Step, 1, b, 1});
+    for (int b : batches)
+      if (g_opt.full || b == 1 || b == 64 || b == 256) add({Scheme::Eager, f, Kind::Step, 1, b, 1});
   for (int K : {4, 8, 16, 32})
     for (int b : batches) {
-      if (!g_opt.full && b != 1 && b != 64 && b != 256) continue;
-      if (!g_opt.full && K != 16 && K != 32 && b != 256) continue;
+      if (!g_opt.full && (K != 16 || (b != 1 && b != 64 && b != 256))) continue;
       for (const S& s : schemes) add_replay_kinds(s.sc, s.f, K, b, 2);
     }
-  for (auto [st, ct] : {std::pair{0, 1}, std::pair{3, 1}, std::pair{2, 2}, std::pair{2, 3}}) {
-    if (ct < 3) add_replay_kinds(Scheme::Replay, Format::FP32, 16, 256, 2, 0, st, ct);
-    add({Scheme::Eager, Format::FP32, Kind::Step, 1, 256, 1, 0, st, ct});
-  }
+  if (g_opt.full)
+    for (auto [st, ct] : {std::pair{0, 1}, std::pair{3, 1}, std::pair{2, 2}, std::pair{2, 3}}) {
+      if (ct < 3) add_replay_kinds(Scheme::Replay, Format::FP32, 16, 256, 2, 0, st, ct);
+      add({Scheme::Eager, Format::FP32, Kind::Step, 1, 256, 1, 0, st, ct});
+    }
 }
 
 }  // namespace

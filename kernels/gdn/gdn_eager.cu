@@ -3,8 +3,10 @@
 // in the order of the CPU emulation (lib/cpu/eager.cpp: the read against k on the undecayed stored row, the
 // output from the stored, rounded row), fp32 arithmetic, q_t and k_t normalised once per CTA.
 // Work split: one CTA of 128 threads per (row, value head, V-tile). A state row of K elements is K/vec lanes of
-// 16-byte vectors (fp32 K=128: 32 lanes; bf16: 16), so a CTA covers 128/(K/vec) rows per pass and keeps kUnroll
-// passes of loads in flight before the first use. V-tiles only at small batch, where rows × heads would not fill
+// 16-byte vectors (fp32 K=128: 32 lanes; bf16: 16), so a CTA covers 128/(K/vec) rows per pass; a chunk is kUnroll
+// passes. The first chunk's loads are issued before q and k are normalised (the tile is also prefetched into L2),
+// and each later chunk's before the chunk in hand is used. The rows' dots are reduced together (row_sums,
+// reduce_scatter): the step is bound by instruction issue as much as by bandwidth. V-tiles only at small batch, where rows × heads would not fill
 // 132 SMs.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -35,23 +37,13 @@ __global__ void __launch_bounds__(kThreads) gdn_eager_kernel(GdnStepArgs a, S* _
     const int lines = static_cast<int>((static_cast<long long>(v_end - v_begin) * K * sizeof(S) + 127) / 128);
     for (int i = threadIdx.x; i < lines; i += kThreads) asm volatile("prefetch.global.L2 [%0];" ::"l"(src + 128LL * i));
   }
-  float* s_k = s_q + K;
-  load_normalised<A>(a, row, h / vpk, s_q, s_k, s_k + K);
-  const Gate gt = gate_of<A>(a, row, h);
-
   const int lanes = K / kVec, rows_per_pass = kThreads / lanes;
   const int c = threadIdx.x % lanes, rsub = threadIdx.x / lanes;
-  float kv[kVec], qv[kVec];
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) kv[i] = s_k[c * kVec + i], qv[i] = s_q[c * kVec + i];
   const A* v = static_cast<const A*>(a.d_v) + row * or_default(a.v_stride, static_cast<long long>(HV) * V) +
                static_cast<long long>(h) * V;
-  const long long os = or_default(a.o_stride, static_cast<long long>(HV) * V);
-  const bool o_bf16 = a.o_format == Format::BF16;
   S* head = state + head_off + c * kVec;
-
-  for (int i0 = v_begin; i0 < v_end; i0 += rows_per_pass * kUnroll) {
-    float s[kUnroll][kVec], vv[kUnroll];
+  // A chunk (kUnroll passes of rows from i0) into registers: rows past the tile hold zeros.
+  const auto load = [&](int i0, float (&s)[kUnroll][kVec], float (&vv)[kUnroll]) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {  // every load first: kUnroll independent 16-byte loads in flight
       const int i = i0 + u * rows_per_pass + rsub;
@@ -64,6 +56,25 @@ __global__ void __launch_bounds__(kThreads) gdn_eager_kernel(GdnStepArgs a, S* _
         vv[u] = 0.0f;
       }
     }
+  };
+  // The first chunk is in flight while the CTA normalises q and k; each later chunk is loaded before the one in
+  // hand is used (two chunks in registers).
+  float s[kUnroll][kVec], vv[kUnroll];
+  load(v_begin, s, vv);
+  float* s_k = s_q + K;
+  load_normalised<A>(a, row, h / vpk, s_q, s_k, s_k + K);
+  const Gate gt = gate_of<A>(a, row, h);
+
+  float kv[kVec], qv[kVec];
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) kv[i] = s_k[c * kVec + i], qv[i] = s_q[c * kVec + i];
+  const long long os = or_default(a.o_stride, static_cast<long long>(HV) * V);
+  const bool o_bf16 = a.o_format == Format::BF16;
+  const int span = rows_per_pass * kUnroll;
+
+  for (int i0 = v_begin; i0 < v_end; i0 += span) {
+    float sn[kUnroll][kVec], vn[kUnroll];
+    if (i0 + span < v_end) load(i0 + span, sn, vn);
     // The kUnroll rows' dots reduced together (row_sum's tree per value, no per-row loop: the step is bound by
     // instruction issue); the outputs' dots with reduce_scatter, each sum ending on the lane that writes it.
     float dk[kUnroll], dq[kUnroll];
@@ -90,6 +101,14 @@ __global__ void __launch_bounds__(kThreads) gdn_eager_kernel(GdnStepArgs a, S* _
     for (int u = 0; u < kUnroll; ++u) {
       const int i = i0 + (r.first + u) * rows_per_pass + rsub;
       if (u < r.count && r.owner && i < v_end) store_o(a.d_o, row * os + static_cast<long long>(h) * V + i, o_bf16, dq[u]);
+    }
+    if (i0 + span < v_end) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        vv[u] = vn[u];
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) s[u][e] = sn[u][e];
+      }
     }
   }
 }

@@ -128,36 +128,75 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
         }
       }
     }
+    // The rows' dots reduced together (the step is bound by instruction issue): row_sums where every lane needs the
+    // sum (the update's dk; the inner flush's u_t), reduce_scatter where one lane writes it (outputs, ring u).
+    float dk[kUnroll], dq[kUnroll];
+    const auto emit = [&](int u, float ov, float ujv) {  // the output and ring entry of row u of the chunk
+      const int i = i0 + u * t.rows_per_pass + t.rsub;
+      if (i < t.v_end) {
+        store_o(l.step.d_o, t.row * t.os + static_cast<long long>(t.h) * t.V + i, t.o_bf16, ov);
+        if constexpr (!kFlush) ring_uj[i] = float_to_bf16_bits(ujv);
+      }
+    };
+    const auto pick = [](const auto& arr, int u) {  // arr[u] for a run-time u without an indexed register array
+      auto v = arr[0];
+#pragma unroll
+      for (int m = 1; m < kUnroll; ++m)
+        if (u == m) v = arr[m];
+      return v;
+    };
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int i = i0 + u * t.rows_per_pass + t.rsub;
-      float dk = 0.0f, o;
-      if constexpr (kInner) {
-        float dq = 0.0f;
+      dk[u] = 0.0f, dq[u] = 0.0f;
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) dk = fmaf(s[u][k], kv[k], dk), dq = fmaf(s[u][k], qv[k], dq);
-        dk = row_sum(dk, t.lanes);
-        dq = row_sum(dq, t.lanes);
-        const float skt = t.dprev * dk + s_rk[il[u]];
-        uj[u] = round_bf16(t.beta * (vv[u] - t.alpha * skt));
-        o = t.dt * dq + s_rq[il[u]] + t.wq_j * uj[u];
-      } else {
+      for (int k = 0; k < kVec; ++k) {
+        dk[u] = fmaf(s[u][k], kv[k], dk[u]);
+        if constexpr (kInner) dq[u] = fmaf(s[u][k], qv[k], dq[u]);
+      }
+    }
+    if constexpr (kInner) {
+      // u_t and o_t of a row from its two sums (in the CPU emulation's order).
+      const auto finish = [&](float dku, float dqu, float vvu, int ilu, float& ujv, float& ov) {
+        const float skt = t.dprev * dku + s_rk[ilu];
+        ujv = round_bf16(t.beta * (vvu - t.alpha * skt));
+        ov = t.dt * dqu + s_rq[ilu] + t.wq_j * ujv;
+      };
+      if constexpr (kFlush) {  // every lane folds u_t into its part of the row
+        row_sums(dk, t.lanes);
+        row_sums(dq, t.lanes);
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) dk = fmaf(s[u][k], kv[k], dk);
-        dk = row_sum(dk, t.lanes);
-        uj[u] = round_bf16(t.beta * (vv[u] - t.alpha * dk));
-        float dq = 0.0f;
+        for (int u = 0; u < kUnroll; ++u) {
+          float ov;
+          finish(dk[u], dq[u], vv[u], il[u], uj[u], ov);
+          if (t.c == 0) emit(u, ov, uj[u]);
+        }
+      } else {  // dk[u] and dq[u] end on the same lane (same count, same partners), in slots 0 .. count−1
+        const Scattered r = reduce_scatter<kUnroll>(dk, t.lanes);
+        reduce_scatter<kUnroll>(dq, t.lanes);
+#pragma unroll
+        for (int n = 0; n < kUnroll; ++n)
+          if (n < r.count && r.owner) {
+            const int u = r.first + n;
+            float ujv, ov;
+            finish(dk[n], dq[n], pick(vv, u), pick(il, u), ujv, ov);
+            emit(u, ov, ujv);
+          }
+      }
+    } else {
+      row_sums(dk, t.lanes);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        uj[u] = round_bf16(t.beta * (vv[u] - t.alpha * dk[u]));
 #pragma unroll
         for (int k = 0; k < kVec; ++k) {
           s[u][k] = fmaf(t.alpha, s[u][k], uj[u] * kbv[k]);  // S_t
-          dq = fmaf(s[u][k], qv[k], dq);
+          dq[u] = fmaf(s[u][k], qv[k], dq[u]);
         }
-        o = row_sum(dq, t.lanes);
       }
-      if (t.c == 0 && i < t.v_end) {
-        store_o(l.step.d_o, t.row * t.os + static_cast<long long>(t.h) * t.V + i, t.o_bf16, o);
-        if constexpr (!kFlush) ring_uj[i] = float_to_bf16_bits(uj[u]);
-      }
+      const Scattered r = reduce_scatter<kUnroll>(dq, t.lanes);
+#pragma unroll
+      for (int n = 0; n < kUnroll; ++n)
+        if (n < r.count && r.owner) emit(r.first + n, dq[n], pick(uj, r.first + n));
     }
     if constexpr (kFlush) {
       if constexpr (kInner) {  // S_c <- e^{G_t}·S_c + Σ_{e<=j} (e^{G_t−G_e}·u_e[i])·k_e, e in order
