@@ -35,8 +35,10 @@ template <>
 struct StateVec<float> {
   static constexpr int kVec = 4;
   __device__ static void load(const float* p, float v[kVec]) {
-    const float4 q = __ldcs(reinterpret_cast<const float4*>(p));  // streamed once: evict first
-    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    unpack(__ldcs(reinterpret_cast<const uint4*>(p)), v);  // streamed once: evict first
+  }
+  __device__ static void unpack(const uint4 q, float v[kVec]) {
+    v[0] = __uint_as_float(q.x), v[1] = __uint_as_float(q.y), v[2] = __uint_as_float(q.z), v[3] = __uint_as_float(q.w);
   }
   __device__ static void store(float* p, float v[kVec]) {
     __stcs(reinterpret_cast<float4*>(p), make_float4(v[0], v[1], v[2], v[3]));
@@ -46,8 +48,8 @@ struct StateVec<float> {
 template <>
 struct StateVec<__nv_bfloat16> {
   static constexpr int kVec = 8;
-  __device__ static void load(const __nv_bfloat16* p, float v[kVec]) {
-    const uint4 q = __ldcs(reinterpret_cast<const uint4*>(p));
+  __device__ static void load(const __nv_bfloat16* p, float v[kVec]) { unpack(__ldcs(reinterpret_cast<const uint4*>(p)), v); }
+  __device__ static void unpack(const uint4 q, float v[kVec]) {
     const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -72,8 +74,8 @@ struct StateVec<__nv_bfloat16> {
 template <>
 struct StateVec<__half> {
   static constexpr int kVec = 8;
-  __device__ static void load(const __half* p, float v[kVec]) {
-    const uint4 q = __ldcs(reinterpret_cast<const uint4*>(p));
+  __device__ static void load(const __half* p, float v[kVec]) { unpack(__ldcs(reinterpret_cast<const uint4*>(p)), v); }
+  __device__ static void unpack(const uint4 q, float v[kVec]) {
     const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {

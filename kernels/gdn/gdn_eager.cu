@@ -42,25 +42,22 @@ __global__ void __launch_bounds__(kThreads) gdn_eager_kernel(GdnStepArgs a, S* _
   const A* v = static_cast<const A*>(a.d_v) + row * or_default(a.v_stride, static_cast<long long>(HV) * V) +
                static_cast<long long>(h) * V;
   S* head = state + head_off + c * kVec;
-  // A chunk (kUnroll passes of rows from i0) into registers: rows past the tile hold zeros.
-  const auto load = [&](int i0, float (&s)[kUnroll][kVec], float (&vv)[kUnroll]) {
+  // A chunk (kUnroll passes of rows from i0) into registers as raw 16-byte vectors (a 16-bit state stays packed until
+  // used: two chunks in flight cost 32 registers whatever the format); rows past the tile hold zeros.
+  const auto load = [&](int i0, uint4 (&q)[kUnroll], float (&vv)[kUnroll]) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {  // every load first: kUnroll independent 16-byte loads in flight
       const int i = i0 + u * rows_per_pass + rsub;
-      if (i < v_end) {
-        StateVec<S>::load(head + static_cast<long long>(i) * K, s[u]);
-        vv[u] = to_f32(v[i]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) s[u][e] = 0.0f;
-        vv[u] = 0.0f;
-      }
+      const bool live = i < v_end;
+      q[u] = live ? __ldcs(reinterpret_cast<const uint4*>(head + static_cast<long long>(i) * K)) : make_uint4(0, 0, 0, 0);
+      vv[u] = live ? to_f32(v[i]) : 0.0f;
     }
   };
   // The first chunk is in flight while the CTA normalises q and k; each later chunk is loaded before the one in
-  // hand is used (two chunks in registers).
-  float s[kUnroll][kVec], vv[kUnroll];
-  load(v_begin, s, vv);
+  // hand is used.
+  uint4 q[kUnroll];
+  float vv[kUnroll];
+  load(v_begin, q, vv);
   float* s_k = s_q + K;
   load_normalised<A>(a, row, h / vpk, s_q, s_k, s_k + K);
   const Gate gt = gate_of<A>(a, row, h);
@@ -73,8 +70,12 @@ __global__ void __launch_bounds__(kThreads) gdn_eager_kernel(GdnStepArgs a, S* _
   const int span = rows_per_pass * kUnroll;
 
   for (int i0 = v_begin; i0 < v_end; i0 += span) {
-    float sn[kUnroll][kVec], vn[kUnroll];
-    if (i0 + span < v_end) load(i0 + span, sn, vn);
+    float s[kUnroll][kVec];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) StateVec<S>::unpack(q[u], s[u]);  // zero bits: 0.0f in every format
+    uint4 qn[kUnroll];
+    float vn[kUnroll];
+    if (i0 + span < v_end) load(i0 + span, qn, vn);
     // The kUnroll rows' dots reduced together (row_sum's tree per value, no per-row loop: the step is bound by
     // instruction issue); the outputs' dots with reduce_scatter, each sum ending on the lane that writes it.
     float dk[kUnroll], dq[kUnroll];
@@ -104,11 +105,7 @@ __global__ void __launch_bounds__(kThreads) gdn_eager_kernel(GdnStepArgs a, S* _
     }
     if (i0 + span < v_end) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        vv[u] = vn[u];
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) s[u][e] = sn[u][e];
-      }
+      for (int u = 0; u < kUnroll; ++u) q[u] = qn[u], vv[u] = vn[u];
     }
   }
 }
