@@ -35,7 +35,7 @@ def parse_name(name: str) -> dict:
         if m:
             out["stat"] = m.group(1) or "iteration"
         elif i == 0:
-            m = re.fullmatch(r"(replay|dual)_(\w+)", seg)  # a kernel variant of the scheme: replay_g, replay_g_h4, ...
+            m = re.fullmatch(r"(eager|replay|dual)_(\w+)", seg)  # a kernel variant: replay_g, replay_g_h4, eager_p ...
             out["scheme"], out["variant"] = (m.group(1), m.group(2)) if m else (seg, None)
         elif seg in _KINDS:
             out["kind"] = seg

@@ -132,6 +132,8 @@ def test_benchmark_json():
     assert bench.find_benchmarks(os.path.dirname(BENCH)) == [BENCH]
     p = bench.parse_name("replay_g_h4/fp32/K16/nonflush/batch:256/iterations:10/repeats:5/manual_time_median")
     assert (p["scheme"], p["variant"], p["state_format"]) == ("replay", "g_h4", "fp32")
+    p = bench.parse_name("eager_p/bf16/batch:256/iterations:10/repeats:5/manual_time_median")  # the pipelined kernel
+    assert (p["scheme"], p["variant"], p["state_format"], p["batch"]) == ("eager", "p", "bf16", 256)
     # The committed H200 run holds the grouped variant's cases too: figures see the decoders' kernel only, unless asked.
     h200, _ = bench.read_benchmark(os.path.join(ROOT, "benchmarks/bench_mamba2_cuda_h200.json"))
     assert bench.step_times(h200)["variant"].isna().all() and bench.step_times(h200, variants=True)["variant"].notna().any()
