@@ -19,9 +19,9 @@
 //   C  weights from the dots, the ring sum per row; the flush's x·weight per (row, entry); the token's ring append.
 //   D  the stream, from L2, in chunks of a few rows a thread: the rows against C_t (flush: decay, rank-`nent`
 //      update from shared memory four entries at a time, store, dual read copy from the same registers).
-// Small chunks and a register cap of 64 keep 8 CTAs on an SM (see kReplayMinBlocks): the prologue's reads queue
-// behind the stream's, so each CTA spends several loaded memory latencies in A-C and only many resident CTAs
-// keep the bandwidth busy meanwhile.
+// Small chunks and a register cap of 64 keep 8 CTAs on an SM (see kReplayMinBlocks). The step is bound by
+// instruction issue (ncu: 84% of issue slots used, DRAM at 43%; benchmarks/experiments/README.md), so what matters
+// is instructions per state element and warps to issue from; the stream's reductions use reduce_scatter for that.
 // Nothing in A-C loops serially over ring entries with a load per iteration, so the step no longer grows with the
 // ring fill; the B_j·C_t dots are repeated by the heads of a group, from L2 (4 KiB per CTA at interval 16).
 //
@@ -193,8 +193,8 @@ __device__ void stream_flush(const Mamba2StepArgs& a, const TileCtx& t, T* ck, R
 // CK: checkpoint type (the update copy when dual); RD: read-copy type, void when the checkpoint is shared.
 // Occupancy is what the step needs most (timed on the H200, fp32 K16 batch 256 non-flush): the tile in registers
 // before the prologue (16 rows a thread, 3 CTAs per SM) 920 us, 8 rows a thread and the tile prefetched into L2
-// (4 CTAs) 750 us, 4 rows and a floor of 8 CTAs per SM (64 registers) 468 us. Dependent reads queue behind the
-// stream, so a CTA lives for several loaded latencies whatever it holds; only more CTAs per SM cover that.
+// (4 CTAs) 750 us, 4 rows and a floor of 8 CTAs per SM (64 registers) 468 us (391 us since the reductions were
+// cut). More resident warps give the issue-bound step more to choose from each cycle.
 constexpr int kReplayMinBlocks = 8;
 template <class T> constexpr int kChunkRows = TileLayout<T>::kRows / 4;
 
