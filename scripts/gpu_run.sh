@@ -7,6 +7,8 @@
 # then, on the H200, from the repository root (dist/ travels with the tree):
 #   scripts/gpu_run.sh                  tests + default benchmark (about 2-4 minutes)
 #   GPU_RUN_NCU=1 scripts/gpu_run.sh    + ncu DRAM bytes of one eager, one non-flush and one flush step
+#   GPU_RUN_NCU_ISSUE=1 scripts/gpu_run.sh  + ncu issue-slot profile (scheduler, warp states, source counters) of
+#                                       one Mamba-2 replay non-flush step
 #   GPU_RUN_SANITIZE=1 scripts/gpu_run.sh   + compute-sanitizer memcheck on the GPU tests (scripts/gpu_sanitize.sh;
 #                                       SANITIZER_TOOLS="memcheck racecheck initcheck synccheck" for all four)
 #   GPU_RUN_BENCH_ARGS="--full" scripts/gpu_run.sh      benchmark flags (--full, --preset=NAME, --z, a filter ...)
@@ -90,6 +92,21 @@ if [ -n "${GPU_RUN_NCU:-}" ]; then
     done
   else
     note "ncu: not found (or no benchmark binary): skipped"
+  fi
+fi
+
+# Where the issue slots go (the steps are bound by instruction issue): scheduler and warp-state statistics, the
+# instruction mix and the per-line source counters of one Mamba-2 replay non-flush step (fp32, K16, batch 256).
+# Text report in $OUT/ncu_issue_replay.txt; read "Issued Warp Per Scheduler" and the top lines of the source counters.
+if [ -n "${GPU_RUN_NCU_ISSUE:-}" ]; then
+  if command -v ncu >/dev/null && [ -x "$bench" ]; then
+    ncu --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section InstructionStats \
+      --section SourceCounters -k regex:mamba2_replay_kernel --launch-count 1 \
+      "$bench" --once --benchmark_filter="replay/fp32/K16/nonflush/batch:256/" >"$OUT/ncu_issue_replay.txt" 2>&1
+    note "ncu issue profile: exit $? (ncu_issue_replay.txt)"
+    grep -E "Issued Warp Per Scheduler|Compute \(SM\) Throughput|DRAM Throughput" "$OUT/ncu_issue_replay.txt" >>"$summary"
+  else
+    note "ncu issue profile: ncu not found (or no benchmark binary): skipped"
   fi
 fi
 
