@@ -112,7 +112,8 @@ __device__ Chain resolve(const Mamba2ReplayLaunch& l, long long item, long long 
 
 // Issues the copies of one item into stage `st` (called by the 32 lanes of the producer warp, after lane 0 declared
 // the tile's bytes): the tile as bulk copies, everything else as 16-byte cp.async pieces spread over the lanes
-// (small bulk requests queue one by one on the copy engine). The stage's full barrier tracks both.
+// (timed the same as one bulk request per piece, and needs no per-piece byte count). The stage's full barrier
+// tracks both.
 template <bool kReplay, class A>
 __device__ void issue_item(const Mamba2ReplayLaunch& l, const PipeLayout& L, char* st, uint64_t* full, int lane,
                            long long item, int slot, int j, const void* tile_src, uint32_t tile_bytes) {
