@@ -37,14 +37,32 @@ struct TileLayout {
 };
 
 // Issues the loads of one chunk (rows p0 + u·rpp + rsub, u < R) of a tile whose row p starts at src + p·N (src
-// already offset by the thread's lane); rows at or past p_end read nothing and hold zeros.
+// already offset by the thread's lane); rows at or past p_end read nothing and hold zeros. One pass of the CTA is
+// rpp·N = kThreads·kVec elements (2 KiB) whatever N is, so the rows after the first are fixed offsets from one row
+// pointer: no 64-bit row arithmetic per load (ncu: it was the largest instruction item of the replay streams).
+// (E may differ from the layout's T: a dual read copy follows its update copy's rows.)
+template <class E, class T>
+__device__ inline E* chunk_row0(E* src, const TileLayout<T>& t, int p0, int N) {
+  return src + static_cast<long long>(p0 + t.rsub) * N;
+}
+template <class T>
+constexpr int kPassElems = kThreads * TileLayout<T>::kVec;  // elements between rows u and u + 1 of a chunk
+
+// The replay kernels are compiled for N = 128 (every preset's state dim: Nemotron-3, Granite) and for any N: kN is
+// 128 or 0 (N read at run time). A fixed N makes the row layout's lane count a constant, which the stream's
+// reductions need (reduce_scatter's levels unrolled, no test and branch per level; ncu: 8% of the grouped step's
+// instructions). kLanes<T, kN>: lanes of a row of T, 0 when N is a run-time value.
+constexpr int kPresetN = 128;
+template <class T, int kN>
+constexpr int kLanes = kN > 0 ? kN / TileLayout<T>::kVec : 0;
+
 template <class T, int R = TileLayout<T>::kRows>
 __device__ inline void load_chunk(uint4 (&q)[kMaxRows], const T* src, const TileLayout<T>& t, int p0, int p_end, int N) {
+  const T* r0 = chunk_row0(src, t, p0, N);
+  const int left = p_end - p0 - t.rsub;  // row u is in the tile while u·rpp < left
 #pragma unroll
-  for (int u = 0; u < R; ++u) {
-    const int p = p0 + u * t.rpp + t.rsub;
-    q[u] = p < p_end ? __ldcs(reinterpret_cast<const uint4*>(src + static_cast<long long>(p) * N)) : make_uint4(0, 0, 0, 0);
-  }
+  for (int u = 0; u < R; ++u)
+    q[u] = u * t.rpp < left ? __ldcs(reinterpret_cast<const uint4*>(r0 + u * kPassElems<T>)) : make_uint4(0, 0, 0, 0);
 }
 
 // A 16-byte vector of state elements: kVec elements of T, loaded as one uint4 and converted to fp32.
@@ -157,10 +175,11 @@ __device__ inline float delta_of(float dt_raw, float dt_bias, float dt_min, floa
 
 __device__ inline float gate(float y, float z) { return silu_gate<float>(y, z); }
 
-// Output element store in the run-time output format (FP32 or BF16).
+// Output element store in the run-time output format (FP32 or BF16). bf16 rounds with the hardware conversion (one
+// instruction; equal to numeric/bits.h's round_bf16 except for a NaN's payload, as the state stores above).
 __device__ inline void store_y(void* y, long long idx, bool bf16, float v) {
   if (bf16)
-    static_cast<uint16_t*>(y)[idx] = float_to_bf16_bits(v);
+    static_cast<__nv_bfloat16*>(y)[idx] = __float2bfloat16_rn(v);
   else
     static_cast<float*>(y)[idx] = v;
 }

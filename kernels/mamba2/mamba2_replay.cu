@@ -88,20 +88,18 @@ __device__ inline void write_out(const Mamba2StepArgs& a, const TileCtx& t, cons
 
 // The chunk's R row dots (rows p0 + u·rpp + rsub) reduced together with reduce_scatter (row_sum's tree, about R
 // shuffles instead of R·log2(lanes): the step is bound by instruction issue) and written by the lanes that end up
-// holding them.
-template <int R, class Lay>
+// holding them. kLanes: the row's lane count when fixed at compile time (with_lanes), else 0.
+template <int R, int kLanes, class Lay>
 __device__ inline void write_scattered(const Mamba2StepArgs& a, const TileCtx& t, const float* smem, const ReplaySmem& L,
                                        const Lay& lay, int p0, float (&acc)[R]) {
-  const Scattered r = reduce_scatter<R>(acc, lay.lanes);
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    const int p = p0 + (r.first + i) * lay.rpp + lay.rsub;
-    if (i < r.count && r.owner && p < t.p_end) write_out(a, t, smem, L, p, acc[i]);
-  }
+  reduce_scatter_each<R, kLanes>(acc, lay.lanes, [&](int i, float dot) {
+    const int p = p0 + i * lay.rpp + lay.rsub;
+    if (p < t.p_end) write_out(a, t, smem, L, p, dot);
+  });
 }
 
 // Non-flush: the tile of `src` (the read copy, or the shared checkpoint) against C_t; the first chunk is in q.
-template <class T, int R>
+template <class T, int R, int kLanes>
 __device__ void stream_read(const Mamba2StepArgs& a, const TileCtx& t, const T* src, const float* smem,
                             const ReplaySmem& L) {
   const TileLayout<T> lay(t.N);
@@ -121,13 +119,13 @@ __device__ void stream_read(const Mamba2StepArgs& a, const TileCtx& t, const T* 
 #pragma unroll
       for (int k = 0; k < kVec; ++k) acc[u] = fmaf(s[k], Cv[k], acc[u]);
     }
-    write_scattered<R>(a, t, smem, L, lay, p0, acc);
+    write_scattered<R, kLanes>(a, t, smem, L, lay, p0, acc);
   }
 }
 
 // Flush: the tile of the checkpoint (update copy; first chunk in q): output from it, fold the ring in, write it back
 // (and the dual read copy, rounded from the same registers). T: checkpoint type; R: read-copy type or void.
-template <class T, class RDT, int R>
+template <class T, class RDT, int R, int kLanes>
 __device__ void stream_flush(const Mamba2StepArgs& a, const TileCtx& t, T* ck, RDT* rd, const float* smem,
                              const ReplaySmem& L) {
   const TileLayout<T> lay(t.N);
@@ -151,7 +149,7 @@ __device__ void stream_flush(const Mamba2StepArgs& a, const TileCtx& t, T* ck, R
         s[u][k] *= t.decay;
       }
     }
-    write_scattered<R>(a, t, smem, L, lay, p0, acc);
+    write_scattered<R, kLanes>(a, t, smem, L, lay, p0, acc);
     for (int e0 = 0; e0 < t.nent; e0 += 4) {  // 4 entries per round: the x·weights of a row as one float4
       float b[4][kVec];
 #pragma unroll
@@ -176,14 +174,14 @@ __device__ void stream_flush(const Mamba2StepArgs& a, const TileCtx& t, T* ck, R
           }
       }
     }
+    T* c0 = chunk_row0(ck, lay, p0, t.N);
 #pragma unroll
     for (int u = 0; u < R; ++u) {
-      const int p = p0 + u * lay.rpp + lay.rsub;
-      if (p < t.p_end) {
-        StateVec<T>::store(ck + static_cast<long long>(p) * t.N, s[u]);
+      if (p0 + u * lay.rpp + lay.rsub < t.p_end) {
+        StateVec<T>::store(c0 + u * kPassElems<T>, s[u]);
         if constexpr (!std::is_void<RDT>::value) {
           static_assert(kVec == 4, "dual read copies are written from an fp32 update copy");
-          store_narrow4(rd + static_cast<long long>(p) * t.N, s[u]);
+          store_narrow4(chunk_row0(rd, lay, p0, t.N) + u * kPassElems<T>, s[u]);
         }
       }
     }
@@ -198,13 +196,14 @@ __device__ void stream_flush(const Mamba2StepArgs& a, const TileCtx& t, T* ck, R
 constexpr int kReplayMinBlocks = 8;
 template <class T> constexpr int kChunkRows = TileLayout<T>::kRows / 4;
 
-template <class A, class CK, class RD>
+// kN: kPresetN or 0 (N at run time, mamba2_device.cuh).
+template <class A, class CK, class RD, int kN>
 __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kernel(Mamba2ReplayLaunch l, int ptiles) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   __shared__ int s_fill;
   const Mamba2StepArgs& a = l.step;
-  const int H = a.dims.H, P = a.dims.P, N = a.dims.N, G = a.dims.G, hpg = H / G;
+  const int H = a.dims.H, P = a.dims.P, N = kN > 0 ? kN : a.dims.N, G = a.dims.G, hpg = H / G;
   const int per_row = H * ptiles;
   const int row = blockIdx.x / per_row;
   const int h = (blockIdx.x % per_row) / ptiles, tile = blockIdx.x % ptiles;
@@ -290,19 +289,19 @@ __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kern
   }
   // The dots B_e·C_t: item i = e·c8 + k covers B_e[8k .. 8k+7]; c8 = N/8 is a power of two <= 32, so an entry's
   // items are consecutive lanes of one warp. Entry j is B_t (its buffered copy).
-  const int c8 = N / 8, items = nent * c8;
+  const int c8 = N / 8, c8_log = __ffs(c8) - 1, items = nent * c8;
   for (int i0 = 0; i0 < items; i0 += 2 * kThreads) {  // uniform over the CTA: every lane reaches the shuffles
     float acc[2] = {0.0f, 0.0f};
     uint4 raw[2];
 #pragma unroll
     for (int v = 0; v < 2; ++v) {
-      const int i = i0 + v * kThreads + tid, e = i / c8, k = i % c8;
+      const int i = i0 + v * kThreads + tid, e = i >> c8_log, k = i & (c8 - 1);
       raw[v] = (i < items && e < j) ? *reinterpret_cast<const uint4*>(rB + static_cast<long long>(e) * G * N + 8 * k)
                                     : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int v = 0; v < 2; ++v) {
-      const int i = i0 + v * kThreads + tid, e = i / c8, k = i % c8;
+      const int i = i0 + v * kThreads + tid, e = i >> c8_log, k = i & (c8 - 1);
       if (i < items) {
         float b[8];
         if (e < j) {
@@ -377,12 +376,12 @@ __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kern
   t.y_bf16 = a.y_format == Format::BF16;
   t.gated = z != nullptr;
   if (!flush) {
-    stream_read<Src, RS>(a, t, src, smem, L);
+    stream_read<Src, RS, kLanes<Src, kN>>(a, t, src, smem, L);
   } else if constexpr (kDual) {
     RD* rd = static_cast<RD*>(l.d_read) + head_off + TileLayout<CK>(N).c * TileLayout<CK>::kVec;
-    stream_flush<CK, RD, RC>(a, t, ck, rd, smem, L);
+    stream_flush<CK, RD, RC, kLanes<CK, kN>>(a, t, ck, rd, smem, L);
   } else {
-    stream_flush<CK, void, RC>(a, t, ck, nullptr, smem, L);
+    stream_flush<CK, void, RC, kLanes<CK, kN>>(a, t, ck, nullptr, smem, L);
   }
 
   if (tid == 0 && arrived == per_row - 1) {  // the last CTA of the row: advance the cursor for the next launch
@@ -398,7 +397,7 @@ void launch_replay(const Mamba2ReplayLaunch& l, int ptiles, cudaStream_t stream)
   if (blocks > 0x7FFFFFFFLL) bad_launch("mamba2_replay_step", "batch · H · tiles exceeds the grid limit");
   const ReplaySmem L{l.step.dims.N, l.interval, (l.step.dims.P + ptiles - 1) / ptiles};
   const size_t bytes = static_cast<size_t>(L.floats()) * sizeof(float);
-  auto kernel = mamba2_replay_kernel<A, CK, RD>;
+  auto kernel = l.step.dims.N == kPresetN ? mamba2_replay_kernel<A, CK, RD, kPresetN> : mamba2_replay_kernel<A, CK, RD, 0>;
   if (bytes > 48 * 1024) {  // above the default dynamic limit; a cheap attribute set, no synchronisation
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   }

@@ -51,7 +51,8 @@ struct GroupedSmem {
   __host__ __device__ int off_ring() const { return off_wf() + hc * E4(); }  // ring sum per pair
   __host__ __device__ int off_dx() const { return off_ring() + up4(np()); }  // D·x_t per pair
   __host__ __device__ int off_g() const { return off_dx() + up4(np()); }     // gate factor per pair
-  __host__ __device__ int off_B() const { return off_g() + up4(np()); }      // flush: [E][N] B_e fp32
+  __host__ __device__ int off_dq() const { return off_g() + up4(np()); }     // exp(Λ_t) of the pair's head
+  __host__ __device__ int off_B() const { return off_dq() + up4(np()); }     // flush: [E][N] B_e fp32
   __host__ __device__ int off_u() const { return off_B() + E * up4(N); }     // flush: [rows][E4] x·weight, one head
   __host__ __device__ int floats() const { return off_u() + rows * E4(); }
 };
@@ -59,47 +60,45 @@ struct GroupedSmem {
 // What the stream phase needs.
 struct GroupedCtx {
   int H, P, N, h0, hc, row, p_begin, p_end, rows, nent;
-  long long ys, slot_off;  // y row stride; the slot's first element in a [pool, H, P, N] copy
+  long long slot_off, pair_base;  // the slot's first element in a [pool, H, P, N] copy; pair 0 = (h0, p_begin)
+  long long y0;                   // y index of pair 0
   bool y_bf16, gated;
 };
 
+// The output of pair q (pairs are contiguous in y as in the state: y index = row·ys + pair_base + q).
 __device__ inline void out_pair(const Mamba2StepArgs& a, const GroupedCtx& t, const float* smem, const GroupedSmem& L,
-                                int hl, int p, float dot) {
-  const int q = hl * t.rows + p - t.p_begin;
-  float out = smem[L.off_decay() + hl] * dot + smem[L.off_ring() + q];
+                                int q, float dot) {
+  float out = smem[L.off_dq() + q] * dot + smem[L.off_ring() + q];
   out += smem[L.off_dx() + q];
   if (t.gated) out = out * smem[L.off_g() + q];
-  store_y(a.d_y, t.row * t.ys + static_cast<long long>(t.h0 + hl) * t.P + p, t.y_bf16, out);
+  store_y(a.d_y, t.y0 + q, t.y_bf16, out);
 }
 
-// One chunk (rows p0 + u·rpp + rsub, u < R) of head hl's tile of `base` (already at the thread's lane).
+// One chunk (pairs q0 + u·rpp + rsub, u < R; rows of the CTA's contiguous run of pairs) of the run at `base` (pair 0,
+// already at the thread's lane): one row pointer, the rest fixed offsets (load_chunk).
 template <class T, int R>
-__device__ inline void load_rows(uint4 (&q)[R], const T* base, const TileLayout<T>& lay, const GroupedCtx& t, int hl,
-                                 int p0) {
-  const long long hoff = t.slot_off + static_cast<long long>(t.h0 + hl) * t.P * t.N;
+__device__ inline void load_rows(uint4 (&q)[R], const T* base, const TileLayout<T>& lay, int np, int q0, int N) {
+  const T* r0 = chunk_row0(base, lay, q0, N);
+  const int left = np - q0 - lay.rsub;
 #pragma unroll
-  for (int u = 0; u < R; ++u) {
-    const int p = p0 + u * lay.rpp + lay.rsub;
-    q[u] = p < t.p_end ? __ldcs(reinterpret_cast<const uint4*>(base + hoff + static_cast<long long>(p) * t.N))
-                       : make_uint4(0, 0, 0, 0);
-  }
+  for (int u = 0; u < R; ++u)
+    q[u] = u * lay.rpp < left ? __ldcs(reinterpret_cast<const uint4*>(r0 + u * kPassElems<T>)) : make_uint4(0, 0, 0, 0);
 }
 
-// The chunk's R row dots of head hl reduced together (reduce_scatter: row_sum's tree with about R shuffles) and
-// written by the lanes holding them.
-template <int R, class Lay>
+// The chunk's R pair dots reduced together (reduce_scatter: row_sum's tree with about R shuffles) and written by the
+// lanes holding them. kLanes: the row's lane count when fixed at compile time (with_lanes), else 0.
+template <int R, int kLanes, class Lay>
 __device__ inline void write_scattered(const Mamba2StepArgs& a, const GroupedCtx& t, const float* smem,
-                                       const GroupedSmem& L, const Lay& lay, int hl, int p0, float (&acc)[R]) {
-  const Scattered r = reduce_scatter<R>(acc, lay.lanes);
-#pragma unroll
-  for (int i = 0; i < R; ++i) {
-    const int p = p0 + (r.first + i) * lay.rpp + lay.rsub;
-    if (i < r.count && r.owner && p < t.p_end) out_pair(a, t, smem, L, hl, p, acc[i]);
-  }
+                                       const GroupedSmem& L, const Lay& lay, int q0, int q_end, float (&acc)[R]) {
+  reduce_scatter_each<R, kLanes>(acc, lay.lanes, [&](int i, float dot) {
+    const int q = q0 + i * lay.rpp + lay.rsub;
+    if (q < q_end) out_pair(a, t, smem, L, q, dot);
+  });
 }
 
-// Non-flush: every head's tile against C_t, chunks of all heads in one pipelined sequence.
-template <class T>
+// Non-flush: every head's tile against C_t, as one run of hc·rows pairs (contiguous in the copy), two chunks in
+// flight; the next head's tile is prefetched into L2 when the stream enters a head.
+template <class T, int kLanes>
 __device__ void grouped_read(const Mamba2StepArgs& a, const GroupedCtx& t, const T* src, const float* smem,
                              const GroupedSmem& L) {
   constexpr int R = kStreamRows;
@@ -108,10 +107,12 @@ __device__ void grouped_read(const Mamba2StepArgs& a, const GroupedCtx& t, const
   float Cv[kVec];
 #pragma unroll
   for (int k = 0; k < kVec; ++k) Cv[k] = smem[L.off_C() + lay.c * kVec + k];
-  const T* base = src + lay.c * kVec;
-  const int span = R * lay.rpp, cph = (t.rows + span - 1) / span, total = t.hc * cph;
-  auto consume = [&](const uint4 (&q)[R], int ci) {
-    const int hl = ci / cph, p0 = t.p_begin + (ci % cph) * span;
+  const T* run = src + t.slot_off + t.pair_base * t.N;
+  const T* base = run + lay.c * kVec;
+  const int span = R * lay.rpp, np = t.hc * t.rows;
+  const long long head_elems = static_cast<long long>(t.rows) * t.N;
+  int next_head = t.rows;  // the first pair of the next head: its tile goes into L2 once the stream reaches this one
+  auto consume = [&](const uint4 (&q)[R], int q0) {
     float acc[R];
 #pragma unroll
     for (int u = 0; u < R; ++u) {
@@ -121,28 +122,28 @@ __device__ void grouped_read(const Mamba2StepArgs& a, const GroupedCtx& t, const
 #pragma unroll
       for (int k = 0; k < kVec; ++k) acc[u] = fmaf(s[k], Cv[k], acc[u]);
     }
-    write_scattered<R>(a, t, smem, L, lay, hl, p0, acc);
+    write_scattered<R, kLanes>(a, t, smem, L, lay, q0, np, acc);
   };
-  auto issue = [&](uint4 (&q)[R], int ci) {
-    const int hl = ci / cph, within = ci % cph;
-    if (within == 0 && hl + 1 < t.hc)  // the next head on its way into L2 while this one streams
-      prefetch_l2(src + t.slot_off + (static_cast<long long>(t.h0 + hl + 1) * t.P + t.p_begin) * t.N,
-                  static_cast<long long>(t.rows) * t.N * sizeof(T));
-    load_rows<T, R>(q, base, lay, t, hl, t.p_begin + within * span);
+  auto issue = [&](uint4 (&q)[R], int q0) {
+    if (q0 + span > next_head - t.rows && next_head < np) {  // uniform: the chunk reaches into head next_head/rows − 1
+      prefetch_l2(run + next_head * static_cast<long long>(t.N), head_elems * sizeof(T));
+      next_head += t.rows;
+    }
+    load_rows<T, R>(q, base, lay, np, q0, t.N);
   };
   uint4 qa[R], qb[R];
   issue(qa, 0);
-  for (int ci = 0; ci < total; ci += 2) {
-    if (ci + 1 < total) issue(qb, ci + 1);
-    consume(qa, ci);
-    if (ci + 2 < total) issue(qa, ci + 2);
-    if (ci + 1 < total) consume(qb, ci + 1);
+  for (int q0 = 0; q0 < np; q0 += 2 * span) {
+    if (q0 + span < np) issue(qb, q0 + span);
+    consume(qa, q0);
+    if (q0 + 2 * span < np) issue(qa, q0 + 2 * span);
+    if (q0 + span < np) consume(qb, q0 + span);
   }
 }
 
 // Flush of head hl: output from the update copy, fold the ring in (x·weights in smem u, B_e in smem B), store
 // (and the dual read copy from the same registers). Same arithmetic order as mamba2_replay.cu's stream_flush.
-template <class T, class RDT>
+template <class T, class RDT, int kLanes>
 __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t, int hl, T* ck, RDT* rd,
                                    const float* smem, const GroupedSmem& L) {
   constexpr int R = sizeof(T) == 4 ? kFlushRows32 : kStreamRows;
@@ -155,10 +156,11 @@ __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t,
   const float decay = smem[L.off_decay() + hl];
   const float* sB = smem + L.off_B() + lay.c * kVec;
   const float* su = smem + L.off_u();
-  const long long hoff = t.slot_off + static_cast<long long>(t.h0 + hl) * t.P * t.N + lay.c * kVec;
-  for (int p0 = t.p_begin; p0 < t.p_end; p0 += R * lay.rpp) {
+  const long long run = t.slot_off + t.pair_base * t.N + lay.c * kVec;  // pair 0 at the thread's lane
+  const int qh = hl * t.rows, q_end = qh + t.rows;                       // this head's pairs
+  for (int q0 = qh; q0 < q_end; q0 += R * lay.rpp) {
     uint4 q[R];
-    load_rows<T, R>(q, ck + lay.c * kVec, lay, t, hl, p0);
+    load_rows<T, R>(q, ck + run, lay, q_end, q0, t.N);
     float s[R][kVec], acc[R];
 #pragma unroll
     for (int u = 0; u < R; ++u) {
@@ -170,7 +172,7 @@ __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t,
         s[u][k] *= decay;
       }
     }
-    write_scattered<R>(a, t, smem, L, lay, hl, p0, acc);
+    write_scattered<R, kLanes>(a, t, smem, L, lay, q0, q_end, acc);
     for (int e0 = 0; e0 < t.nent; e0 += 4) {
       float b[4][kVec];
 #pragma unroll
@@ -184,7 +186,7 @@ __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t,
       const int ne = min(4, t.nent - e0);
 #pragma unroll
       for (int u = 0; u < R; ++u) {
-        const int pl = min(p0 + u * lay.rpp + lay.rsub, t.p_end - 1) - t.p_begin;
+        const int pl = min(q0 + u * lay.rpp + lay.rsub, q_end - 1) - qh;
         const float4 uv = *reinterpret_cast<const float4*>(su + pl * E4 + e0);
         const float ue[4] = {uv.x, uv.y, uv.z, uv.w};
 #pragma unroll
@@ -195,14 +197,14 @@ __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t,
           }
       }
     }
+    T* c0 = chunk_row0(ck + run, lay, q0, t.N);
 #pragma unroll
     for (int u = 0; u < R; ++u) {
-      const int p = p0 + u * lay.rpp + lay.rsub;
-      if (p < t.p_end) {
-        StateVec<T>::store(ck + hoff + static_cast<long long>(p) * t.N, s[u]);
+      if (q0 + u * lay.rpp + lay.rsub < q_end) {
+        StateVec<T>::store(c0 + u * kPassElems<T>, s[u]);
         if constexpr (!std::is_void<RDT>::value) {
           static_assert(kVec == 4, "dual read copies are written from an fp32 update copy");
-          store_narrow4(rd + hoff + static_cast<long long>(p) * t.N, s[u]);
+          store_narrow4(chunk_row0(rd + run, lay, q0, t.N) + u * kPassElems<T>, s[u]);
         }
       }
     }
@@ -212,7 +214,8 @@ __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t,
 __device__ inline float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ inline float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
 
-template <class A, class CK, class RD>
+// kN: kPresetN or 0 (N at run time, mamba2_device.cuh).
+template <class A, class CK, class RD, int kN>
 __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
     mamba2_replay_grouped_kernel(Mamba2ReplayLaunch l, int hc, int ptiles) {
   extern __shared__ float4 smem4[];
@@ -220,7 +223,7 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   int* ismem = reinterpret_cast<int*>(smem);
   __shared__ int s_fill;
   const Mamba2StepArgs& a = l.step;
-  const int H = a.dims.H, P = a.dims.P, N = a.dims.N, G = a.dims.G, hpg = H / G, chunks = hpg / hc;
+  const int H = a.dims.H, P = a.dims.P, N = kN > 0 ? kN : a.dims.N, G = a.dims.G, hpg = H / G, chunks = hpg / hc;
   const int per_row = G * chunks * ptiles;
   const int row = blockIdx.x / per_row, in_row = blockIdx.x % per_row;
   const int g = in_row / (chunks * ptiles), chunk = in_row % (chunks * ptiles) / ptiles, tile = in_row % ptiles;
@@ -332,19 +335,19 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
       }
     }
   }
-  const int c8 = N / 8, items = nent * c8;
+  const int c8 = N / 8, c8_log = __ffs(c8) - 1, items = nent * c8;
   for (int i0 = 0; i0 < items; i0 += 2 * kThreads) {  // uniform over the CTA: every lane reaches the shuffles
     float acc[2] = {0.0f, 0.0f};
     uint4 raw[2];
 #pragma unroll
     for (int v = 0; v < 2; ++v) {
-      const int i = i0 + v * kThreads + tid, e = i / c8, k = i % c8;
+      const int i = i0 + v * kThreads + tid, e = i >> c8_log, k = i & (c8 - 1);
       raw[v] = (i < items && e < j) ? *reinterpret_cast<const uint4*>(rB + static_cast<long long>(e) * G * N + 8 * k)
                                     : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int v = 0; v < 2; ++v) {
-      const int i = i0 + v * kThreads + tid, e = i / c8, k = i % c8;
+      const int i = i0 + v * kThreads + tid, e = i >> c8_log, k = i & (c8 - 1);
       if (i < items) {
         float b[8];
         if (e < j) {
@@ -418,7 +421,10 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
 #pragma unroll
       for (int i = 0; i < kPairVec; ++i) {
         acc[i] = fmaf(smem[L.off_wf() + (i < split ? hlA : hlB) * E4 + j] * dotj, xb[i], acc[i]);
-        if (q0 + i < np) smem[L.off_ring() + q0 + i] = acc[i];
+        if (q0 + i < np) {
+          smem[L.off_ring() + q0 + i] = acc[i];
+          smem[L.off_dq() + q0 + i] = smem[L.off_decay() + (i < split ? hlA : hlB)];
+        }
       }
       if (!flush) {
         uint16_t* dst = l.d_ring_x + static_cast<long long>(slot) * cap * H * P + static_cast<long long>(j) * H * P + pair_base + q0;
@@ -442,12 +448,12 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   GroupedCtx t;
   t.H = H, t.P = P, t.N = N, t.h0 = h0, t.hc = hc, t.row = row, t.p_begin = p_begin, t.p_end = p_end, t.rows = rows;
   t.nent = nent;
-  t.ys = or_default(a.y_stride, static_cast<long long>(H) * P);
-  t.slot_off = slot_off;
+  t.y0 = row * or_default(a.y_stride, static_cast<long long>(H) * P) + pair_base;
+  t.slot_off = slot_off, t.pair_base = pair_base;
   t.y_bf16 = a.y_format == Format::BF16;
   t.gated = z != nullptr;
   if (!flush) {
-    grouped_read<Src>(a, t, static_cast<const Src*>(src_copy), smem, L);
+    grouped_read<Src, kLanes<Src, kN>>(a, t, static_cast<const Src*>(src_copy), smem, L);
   } else {
     CK* ck = static_cast<CK*>(l.d_ckpt);
     for (int hl = 0; hl < hc; ++hl) {
@@ -464,9 +470,9 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
       }
       __syncthreads();
       if constexpr (kDual)
-        grouped_flush_head<CK, RD>(a, t, hl, ck, static_cast<RD*>(l.d_read), smem, L);
+        grouped_flush_head<CK, RD, kLanes<CK, kN>>(a, t, hl, ck, static_cast<RD*>(l.d_read), smem, L);
       else
-        grouped_flush_head<CK, void>(a, t, hl, ck, nullptr, smem, L);
+        grouped_flush_head<CK, void, kLanes<CK, kN>>(a, t, hl, ck, nullptr, smem, L);
       __syncthreads();
     }
   }
@@ -488,7 +494,7 @@ void launch_grouped(const Mamba2ReplayLaunch& l, int hc, int ptiles, cudaStream_
   if (bytes > 227 * 1024)
     bad_launch("mamba2_replay_step", "variant 1 needs " + std::to_string(bytes) + " bytes of shared memory (over 227 KiB); "
                                      "lower heads_per_cta or the interval");
-  auto kernel = mamba2_replay_grouped_kernel<A, CK, RD>;
+  auto kernel = d.N == kPresetN ? mamba2_replay_grouped_kernel<A, CK, RD, kPresetN> : mamba2_replay_grouped_kernel<A, CK, RD, 0>;
   if (bytes > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(l, hc, ptiles);
