@@ -119,10 +119,14 @@ __device__ inline void store_narrow4(T* p, const float v[4]) {
 __device__ inline float to_f32(float v) { return v; }
 __device__ inline float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-// Output element store in the run-time output format (FP32 or BF16).
+// bf16 rounding (nearest even) with the hardware conversion, one instruction: equal to numeric/bits.h's round_bf16
+// on every finite value and infinity (only a NaN's payload may differ, as in the state stores).
+__device__ inline float round_bf16_hw(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// Output element store in the run-time output format (FP32 or BF16; bf16 through the hardware conversion).
 __device__ inline void store_o(void* o, long long idx, bool bf16, float v) {
   if (bf16)
-    static_cast<uint16_t*>(o)[idx] = float_to_bf16_bits(v);
+    static_cast<__nv_bfloat16*>(o)[idx] = __float2bfloat16_rn(v);
   else
     static_cast<float*>(o)[idx] = v;
 }

@@ -81,7 +81,9 @@ __device__ inline void load_f32(const float* p, float v[kVec]) {
 
 // Streams the CTA's tile of `src` once. Non-flush steps: src is the read copy (dual) or the shared checkpoint, R is
 // void. Flush steps: src is the checkpoint (dual: the fp32 update copy, R the read-copy type), written back.
-template <class T, class R, bool kInner, bool kFlush, class A>
+// kL: lanes of a row when K is fixed at compile time (the kernel's kK), else 0. Rows u of a chunk are one pass of
+// the CTA apart, rows_per_pass·K = kThreads·kVec elements whatever K is: fixed offsets from one row pointer.
+template <class T, class R, bool kInner, bool kFlush, int kL, class A>
 __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, R* rd, const A* v, const float* smem,
                             const ReplaySmem& L) {
   constexpr int kVec = StateVec<T>::kVec;
@@ -96,15 +98,17 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
   const int ldk = ReplaySmem::up4(t.K);
   uint16_t* ring_uj =
       l.d_ring_u + ((static_cast<long long>(t.slot) * t.cap + t.j) * t.HV + t.h) * static_cast<long long>(t.V);
+  constexpr int kPass = kThreads * kVec;
   for (int i0 = t.v_begin; i0 < t.v_end; i0 += t.rows_per_pass * kUnroll) {
     float s[kUnroll][kVec], vv[kUnroll], uj[kUnroll];
     int il[kUnroll];
+    T* r0 = src + static_cast<long long>(i0 + t.rsub) * t.K;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {  // every load first: kUnroll independent 16-byte loads in flight
       const int i = i0 + u * t.rows_per_pass + t.rsub;
       il[u] = min(i, t.v_end - 1) - t.v_begin;  // rows past the tile read a valid slot; their results are dropped
       if (i < t.v_end) {
-        StateVec<T>::load(src + static_cast<long long>(i) * t.K, s[u]);
+        StateVec<T>::load(r0 + u * kPass, s[u]);
         vv[u] = to_f32(v[i]);
       } else {
 #pragma unroll
@@ -135,7 +139,7 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
       const int i = i0 + u * t.rows_per_pass + t.rsub;
       if (i < t.v_end) {
         store_o(l.step.d_o, t.row * t.os + static_cast<long long>(t.h) * t.V + i, t.o_bf16, ov);
-        if constexpr (!kFlush) ring_uj[i] = float_to_bf16_bits(ujv);
+        if constexpr (!kFlush) ring_uj[i] = static_cast<uint16_t>(__float_as_uint(ujv) >> 16);  // ujv is a bf16 value
       }
     };
     const auto pick = [](const auto& arr, int u) {  // arr[u] for a run-time u without an indexed register array
@@ -158,12 +162,12 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
       // u_t and o_t of a row from its two sums (in the CPU emulation's order).
       const auto finish = [&](float dku, float dqu, float vvu, int ilu, float& ujv, float& ov) {
         const float skt = t.dprev * dku + s_rk[ilu];
-        ujv = round_bf16(t.beta * (vvu - t.alpha * skt));
+        ujv = round_bf16_hw(t.beta * (vvu - t.alpha * skt));
         ov = t.dt * dqu + s_rq[ilu] + t.wq_j * ujv;
       };
       if constexpr (kFlush) {  // every lane folds u_t into its part of the row
-        row_sums(dk, t.lanes);
-        row_sums(dq, t.lanes);
+        row_sums<kUnroll, kL>(dk, t.lanes);
+        row_sums<kUnroll, kL>(dq, t.lanes);
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           float ov;
@@ -171,8 +175,8 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
           if (t.c == 0) emit(u, ov, uj[u]);
         }
       } else {  // dk[u] and dq[u] end on the same lane (same count, same partners), in slots 0 .. count−1
-        const Scattered r = reduce_scatter<kUnroll>(dk, t.lanes);
-        reduce_scatter<kUnroll>(dq, t.lanes);
+        const Scattered r = reduce_scatter<kUnroll, kL>(dk, t.lanes);
+        reduce_scatter<kUnroll, kL>(dq, t.lanes);
 #pragma unroll
         for (int n = 0; n < kUnroll; ++n)
           if (n < r.count && r.owner) {
@@ -183,17 +187,17 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
           }
       }
     } else {
-      row_sums(dk, t.lanes);
+      row_sums<kUnroll, kL>(dk, t.lanes);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        uj[u] = round_bf16(t.beta * (vv[u] - t.alpha * dk[u]));
+        uj[u] = round_bf16_hw(t.beta * (vv[u] - t.alpha * dk[u]));
 #pragma unroll
         for (int k = 0; k < kVec; ++k) {
           s[u][k] = fmaf(t.alpha, s[u][k], uj[u] * kbv[k]);  // S_t
           dq[u] = fmaf(s[u][k], qv[k], dq[u]);
         }
       }
-      const Scattered r = reduce_scatter<kUnroll>(dq, t.lanes);
+      const Scattered r = reduce_scatter<kUnroll, kL>(dq, t.lanes);
 #pragma unroll
       for (int n = 0; n < kUnroll; ++n)
         if (n < r.count && r.owner) emit(r.first + n, dq[n], pick(uj, r.first + n));
@@ -225,10 +229,10 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
       for (int u = 0; u < kUnroll; ++u) {
         const int i = i0 + u * t.rows_per_pass + t.rsub;
         if (i < t.v_end) {
-          StateVec<T>::store(src + static_cast<long long>(i) * t.K, s[u]);
+          StateVec<T>::store(r0 + u * kPass, s[u]);
           if constexpr (!std::is_void<R>::value) {
             static_assert(kVec == 4, "dual read copies are written from an fp32 update copy");
-            store_narrow4(rd + static_cast<long long>(i) * t.K, s[u]);
+            store_narrow4(rd + static_cast<long long>(i0 + t.rsub) * t.K + u * kPass, s[u]);
           }
         }
       }
@@ -237,13 +241,16 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
 }
 
 // CK: checkpoint type (the update copy when dual); RD: read-copy type, void when the checkpoint is shared.
-template <class A, class CK, class RD, bool kInner>
+// kK: kPresetK (every preset's key dim) or 0 (K at run time): a fixed K makes a row's lane count a constant for
+// the stream's reductions (reduce_scatter / row_sums levels unrolled, no test and branch per level).
+constexpr int kPresetK = 128;
+template <class A, class CK, class RD, bool kInner, int kK>
 __global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l, int vtiles) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   __shared__ int s_fill;
   const GdnStepArgs& a = l.step;
-  const int HK = a.dims.HK, HV = a.dims.HV, K = a.dims.K, V = a.dims.V, vpk = HV / HK;
+  const int HK = a.dims.HK, HV = a.dims.HV, K = kK > 0 ? kK : a.dims.K, V = a.dims.V, vpk = HV / HK;
   const int per_row = HV * vtiles;
   const int row = blockIdx.x / per_row;
   const int h = (blockIdx.x % per_row) / vtiles, tile = blockIdx.x % vtiles;
@@ -399,16 +406,16 @@ __global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l,
     constexpr int kVec = StateVec<Src>::kVec;
     t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
     Src* src = static_cast<Src*>(kDual ? l.d_read : l.d_ckpt) + head_off + t.c * kVec;
-    stream_tile<Src, void, kInner, false, A>(l, t, src, nullptr, v, smem, L);
+    stream_tile<Src, void, kInner, false, kK / StateVec<Src>::kVec, A>(l, t, src, nullptr, v, smem, L);
   } else {
     constexpr int kVec = StateVec<CK>::kVec;
     t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
     CK* ck = static_cast<CK*>(l.d_ckpt) + head_off + t.c * kVec;
     if constexpr (kDual) {
       RD* rd = static_cast<RD*>(l.d_read) + head_off + t.c * kVec;
-      stream_tile<CK, RD, kInner, true, A>(l, t, ck, rd, v, smem, L);
+      stream_tile<CK, RD, kInner, true, kK / StateVec<CK>::kVec, A>(l, t, ck, rd, v, smem, L);
     } else {
-      stream_tile<CK, void, kInner, true, A>(l, t, ck, nullptr, v, smem, L);
+      stream_tile<CK, void, kInner, true, kK / StateVec<CK>::kVec, A>(l, t, ck, nullptr, v, smem, L);
     }
   }
 }
@@ -419,7 +426,9 @@ void launch_replay(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
   if (blocks > 0x7FFFFFFFLL) bad_launch("gdn_replay_step", "batch · HV · tiles exceeds the grid limit");
   const ReplaySmem L{l.step.dims.K, l.interval, (l.step.dims.V + vtiles - 1) / vtiles};
   const size_t bytes = static_cast<size_t>(L.floats()) * sizeof(float);
-  auto kernel = l.route == GdnRoute::Inner ? gdn_replay_kernel<A, CK, RD, true> : gdn_replay_kernel<A, CK, RD, false>;
+  const bool preset = l.step.dims.K == kPresetK;
+  auto kernel = l.route == GdnRoute::Inner ? (preset ? gdn_replay_kernel<A, CK, RD, true, kPresetK> : gdn_replay_kernel<A, CK, RD, true, 0>)
+                                           : (preset ? gdn_replay_kernel<A, CK, RD, false, kPresetK> : gdn_replay_kernel<A, CK, RD, false, 0>);
   if (bytes > 48 * 1024) {  // above the default dynamic limit; a cheap attribute set, no synchronisation
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   }
