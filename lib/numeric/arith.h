@@ -14,6 +14,7 @@
 
 #include "numeric/bits.h"
 #include "numeric/format.h"
+#include "numeric/hd.h"
 
 namespace rssm {
 
@@ -24,31 +25,41 @@ Arith parse_arith(const std::string& name);  // throws ConfigError listing the a
 
 constexpr int kLanes = 8;
 
-// Rounding of one operand to the arithmetic's operand format (identity for fp64/fp32; hi part for 3xtf32).
-inline float arith_operand(Arith a, float x) {
-  switch (a) {
-    case Arith::TF32:
-    case Arith::TF32x3: return round_tf32(x);
-    case Arith::BF16: return round_bf16(x);
-    default: return x;
+// The flush's multiply-accumulate acc + a·b in arithmetic m, as flush_terms(m) fp32 products added in order
+// r = 0, 1, ...: acc + flush_operand_a(m, a, r)·flush_operand_b(m, b, r) (3xtf32: hi·hi, hi·lo, lo·hi). Shared with
+// the CUDA flush (docs/fp_contract.md): a kernel stages these operands once per entry and folds them with fmaf.
+// Under tf32, 3xtf32 and bf16 every product of staged operands is exact in fp32 (at most 11 x 11 significant bits),
+// so fmaf(a', b', acc) rounds exactly as acc + a'·b' does and the fold matches the emulation's bit for bit when it
+// runs over the entries in the same order from the same accumulator. fp32 (and fp64) pass the operands through.
+RSSM_HD inline int flush_terms(Arith m) { return m == Arith::TF32x3 ? 3 : 1; }
+RSSM_HD inline float flush_operand_a(Arith m, float a, int r) {
+  switch (m) {
+    case Arith::TF32: return round_tf32(a);
+    case Arith::BF16: return round_bf16(a);
+    case Arith::TF32x3: {
+      const float hi = round_tf32(a);
+      return r < 2 ? hi : round_tf32(a - hi);
+    }
+    default: return a;
+  }
+}
+RSSM_HD inline float flush_operand_b(Arith m, float b, int r) {
+  switch (m) {
+    case Arith::TF32: return round_tf32(b);
+    case Arith::BF16: return round_bf16(b);
+    case Arith::TF32x3: {
+      const float hi = round_tf32(b);
+      return r == 1 ? round_tf32(b - hi) : hi;
+    }
+    default: return b;
   }
 }
 
 // One multiply-accumulate step acc += a·b in the arithmetic (not for fp64: see dot()).
 inline float arith_mac(Arith m, float acc, float a, float b) {
-  switch (m) {
-    case Arith::FP32: return acc + a * b;
-    case Arith::TF32: return acc + round_tf32(a) * round_tf32(b);
-    case Arith::BF16: return acc + round_bf16(a) * round_bf16(b);
-    case Arith::TF32x3: {
-      const float ah = round_tf32(a), bh = round_tf32(b);
-      const float al = round_tf32(a - ah), bl = round_tf32(b - bh);
-      acc += ah * bh;
-      acc += ah * bl;
-      return acc + al * bh;
-    }
-    default: return acc + a * b;
-  }
+  if (m == Arith::FP32 || m == Arith::FP64) return acc + a * b;
+  for (int r = 0; r < flush_terms(m); ++r) acc += flush_operand_a(m, a, r) * flush_operand_b(m, b, r);
+  return acc;
 }
 
 // Dot product of a[0..n) and b[0..n) in arithmetic m, lane order as above. A and B may be float or double; in
