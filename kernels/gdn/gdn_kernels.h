@@ -20,6 +20,7 @@
 #include <cstdint>
 
 #include "decoder/scheme.h"  // GdnRoute (an enum only: nothing of rssm_decoder is linked)
+#include "numeric/arith.h"
 #include "numeric/format.h"
 
 struct CUstream_st;
@@ -94,6 +95,10 @@ struct GdnReplayLaunch {
   float* d_ring_G = nullptr;     // [pool, capacity, HV]
   int32_t* d_fill = nullptr;     // [pool]
   int32_t* d_arrive = nullptr;   // [pool]
+  // The flush's rank-`interval` update: fp32, or its operands (weight·u, k) staged in tf32, 3xtf32 (three products
+  // per term) or bf16 as the CPU emulation's flush_arith (numeric/arith.h flush_operand_a / _b). Inner route only:
+  // the reconstruct route's flush is its fp32 rebuild of S.
+  Arith flush_arith = Arith::FP32;
 };
 
 // Largest interval a replay launch accepts (per-entry weights and the flush's keys live in shared memory).

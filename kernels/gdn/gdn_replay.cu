@@ -43,7 +43,7 @@ namespace gdn {
 
 // Shared memory of one CTA, in floats. Regions start on 16-byte boundaries (keys are read as float4).
 struct ReplaySmem {
-  int K, E, rows;  // E = interval (largest number of entries), rows = tile rows
+  int K, E, rows, F;  // E = interval (largest number of entries), rows = tile rows, F = flush terms per entry
   __host__ __device__ static int up4(int n) { return (n + 3) & ~3; }
   __host__ __device__ int off_q() const { return 0; }                    // [K] normalised q_t (scaled)
   __host__ __device__ int off_k() const { return up4(K); }               // [K] normalised k_t
@@ -57,14 +57,18 @@ struct ReplaySmem {
   __host__ __device__ int off_wf() const { return off_wq() + up4(E); }   // [E] e^{G_t−G_e} (flush)
   __host__ __device__ int off_rk() const { return off_wf() + up4(E); }   // [rows] ring sum against k_t
   __host__ __device__ int off_rq() const { return off_rk() + up4(rows); }  // [rows] ring sum against q_t
-  __host__ __device__ int off_keys() const { return off_rq() + up4(rows); }  // [E, up4(K)] k_e in fp32
-  __host__ __device__ int off_uw() const { return off_keys() + E * up4(K); }  // [E, rows] weight·u_e per row
-  __host__ __device__ int floats() const { return off_uw() + E * rows; }
+  // The keys and weighted u of the entries (reconstruct: fp32 values of the rebuild; inner flush: the flush terms'
+  // operands staged in flush_arith, F rows per entry, numeric/arith.h).
+  __host__ __device__ int off_keys() const { return off_rq() + up4(rows); }  // [E·F, up4(K)] k_e
+  __host__ __device__ int off_uw() const { return off_keys() + E * F * up4(K); }  // [E·F, rows] weight·u_e per row
+  __host__ __device__ int floats() const { return off_uw() + E * F * rows; }
 };
 
 // Everything the stream phase needs, per CTA.
 struct TileCtx {
   int K, HV, V, h, row, slot, cap, j, c, rsub, lanes, rows_per_pass, v_begin, v_end;
+  int F;     // the inner flush's terms per entry (flush_terms of fa)
+  Arith fa;  // the inner flush's arithmetic
   long long os;
   float dprev, dt, alpha, beta, wq_j, wf_j;  // e^{G_{j−1}}, e^{G_t}, α_t, β_t, entry j's output and flush weights
   bool o_bf16;
@@ -204,11 +208,12 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
     }
     if constexpr (kFlush) {
       if constexpr (kInner) {  // S_c <- e^{G_t}·S_c + Σ_{e<=j} (e^{G_t−G_e}·u_e[i])·k_e, e in order
+        // The terms of entries < j were staged in shared memory (F per entry, in t.fa); entry j's from registers.
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
           for (int k = 0; k < kVec; ++k) s[u][k] *= t.dt;
-        for (int e = 0; e < t.j; ++e) {
+        for (int e = 0; e < t.j * t.F; ++e) {
           float key[kVec];
           load_f32<kVec>(s_keys + e * ldk, key);
 #pragma unroll
@@ -218,11 +223,16 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
             for (int k = 0; k < kVec; ++k) s[u][k] = fmaf(w, key[k], s[u][k]);
           }
         }
+        for (int r = 0; r < t.F; ++r) {
+          float kr[kVec];
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const float w = t.wf_j * uj[u];
+          for (int k = 0; k < kVec; ++k) kr[k] = flush_operand_b(t.fa, kbv[k], r);
 #pragma unroll
-          for (int k = 0; k < kVec; ++k) s[u][k] = fmaf(w, kbv[k], s[u][k]);
+          for (int u = 0; u < kUnroll; ++u) {
+            const float w = flush_operand_a(t.fa, t.wf_j * uj[u], r);
+#pragma unroll
+            for (int k = 0; k < kVec; ++k) s[u][k] = fmaf(w, kr[k], s[u][k]);
+          }
         }
       }
 #pragma unroll
@@ -258,7 +268,9 @@ __global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l,
   if (slot < 0) return;  // padded row: nothing read or written
   const int hk = h / vpk, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int tile_rows = (V + vtiles - 1) / vtiles;
-  const ReplaySmem L{K, l.interval, tile_rows};
+  const Arith fa = kInner ? l.flush_arith : Arith::FP32;  // the launcher allows flush_arith on the inner route only
+  const int F = flush_terms(fa);
+  const ReplaySmem L{K, l.interval, tile_rows, F};
   constexpr bool kDual = !std::is_void<RD>::value;
   using Src = typename std::conditional<kDual, RD, CK>::type;  // what a non-flush step reads
   const int v_begin = tile * tile_rows, v_end = min(V, v_begin + tile_rows);
@@ -331,10 +343,11 @@ __global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l,
         const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) b[2 * i] = __uint_as_float(w[i] << 16), b[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-        if (keep_keys) {
+        if (keep_keys)  // entry e's flush terms: rows e·F .. e·F + F − 1 (reconstruct: F = 1, fp32 values)
+          for (int r = 0; r < F; ++r) {
 #pragma unroll
-          for (int i = 0; i < 8; ++i) smem[L.off_keys() + e * ldk + n + i] = b[i];
-        }
+            for (int i = 0; i < 8; ++i) smem[L.off_keys() + (e * F + r) * ldk + n + i] = flush_operand_b(fa, b[i], r);
+          }
       } else {
 #pragma unroll
         for (int i = 0; i < 8; ++i) b[i] = smem[L.off_kb() + n + i];
@@ -376,7 +389,9 @@ __global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l,
       if constexpr (kInner) {
         ak = fmaf(smem[L.off_wk() + e], ue, ak);
         aq = fmaf(smem[L.off_wq() + e], ue, aq);
-        if (flush) smem[L.off_uw() + e * tile_rows + il] = smem[L.off_wf() + e] * ue;
+        if (flush)
+          for (int r = 0; r < F; ++r)
+            smem[L.off_uw() + (e * F + r) * tile_rows + il] = flush_operand_a(fa, smem[L.off_wf() + e] * ue, r);
       } else {
         smem[L.off_uw() + e * tile_rows + il] = smem[L.off_wk() + e] * ue;
       }
@@ -395,6 +410,7 @@ __global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l,
   TileCtx t;
   t.K = K, t.HV = HV, t.V = V, t.h = h, t.row = row, t.slot = slot, t.cap = cap, t.j = j;
   t.v_begin = v_begin, t.v_end = v_end;
+  t.F = F, t.fa = fa;
   t.os = or_default(a.o_stride, static_cast<long long>(HV) * V);
   t.dprev = expf(G_prev), t.dt = expf(G_t), t.alpha = gt.alpha, t.beta = gt.beta;
   t.wq_j = kInner ? smem[L.off_wq() + j] : 0.0f;
@@ -424,8 +440,12 @@ template <class A, class CK, class RD>
 void launch_replay(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
   const long long blocks = static_cast<long long>(l.step.batch) * l.step.dims.HV * vtiles;
   if (blocks > 0x7FFFFFFFLL) bad_launch("gdn_replay_step", "batch · HV · tiles exceeds the grid limit");
-  const ReplaySmem L{l.step.dims.K, l.interval, (l.step.dims.V + vtiles - 1) / vtiles};
+  const ReplaySmem L{l.step.dims.K, l.interval, (l.step.dims.V + vtiles - 1) / vtiles,
+                     l.route == GdnRoute::Inner ? flush_terms(l.flush_arith) : 1};
   const size_t bytes = static_cast<size_t>(L.floats()) * sizeof(float);
+  if (bytes > 227 * 1024)
+    bad_launch("gdn_replay_step", "needs " + std::to_string(bytes) + " bytes of shared memory (over 227 KiB): lower "
+               "the interval, or a flush_arith other than 3xtf32 (three staged terms per entry)");
   const bool preset = l.step.dims.K == kPresetK;
   auto kernel = l.route == GdnRoute::Inner ? (preset ? gdn_replay_kernel<A, CK, RD, true, kPresetK> : gdn_replay_kernel<A, CK, RD, true, 0>)
                                            : (preset ? gdn_replay_kernel<A, CK, RD, false, kPresetK> : gdn_replay_kernel<A, CK, RD, false, 0>);
@@ -456,6 +476,12 @@ void dispatch_state(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
 
 void gdn_replay_step(const GdnReplayLaunch& l, cudaStream_t stream) {
   const char* what = "gdn_replay_step";
+  if (l.flush_arith != Arith::FP32 && l.flush_arith != Arith::TF32 && l.flush_arith != Arith::TF32x3 &&
+      l.flush_arith != Arith::BF16)
+    gdn::bad_launch(what, "flush_arith must be fp32, tf32, 3xtf32 or bf16 (got " + arith_name(l.flush_arith) + ")");
+  if (l.flush_arith != Arith::FP32 && l.route != GdnRoute::Inner)
+    gdn::bad_launch(what, "flush_arith " + arith_name(l.flush_arith) + " needs route inner (the reconstruct route's "
+                          "flush is its fp32 rebuild of S)");
   gdn::check_step_args(what, l.step);
   if (l.step.batch == 0) return;
   if (l.interval < 1 || l.interval > kGdnMaxInterval)

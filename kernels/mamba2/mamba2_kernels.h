@@ -5,7 +5,8 @@
 //                       ring into the checkpoint when a row's ring reaches `interval`; shared or dual checkpoint.
 // Launchers check the launch struct (one clear std::invalid_argument naming the field), launch one kernel on the
 // stream and return: no allocation, no synchronisation. Errors of the launch itself throw rssm::CudaError.
-// Arithmetic is fp32 throughout; rounding to storage formats follows numeric/bits.h (round to nearest even).
+// Arithmetic is fp32 throughout, except the replay flush's operands under flush_arith (numeric/arith.h); rounding to
+// storage formats follows numeric/bits.h (round to nearest even).
 //
 // Serving layout. Row r of the step (r < batch) owns the state in the pool at slot[r]; slot[r] < 0 marks a padded
 // row: skipped, its outputs and every pool entry left untouched. Two rows of one launch must not share a slot.
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "numeric/arith.h"
 #include "numeric/format.h"
 
 struct CUstream_st;
@@ -90,6 +92,9 @@ struct Mamba2ReplayLaunch {
   float* d_ring_dl = nullptr;    // [pool, capacity, H, 2]
   int32_t* d_fill = nullptr;     // [pool]
   int32_t* d_arrive = nullptr;   // [pool]
+  // The flush's rank-`interval` update: fp32, or its operands (x·weight, B) staged in tf32, 3xtf32 (three products
+  // per term) or bf16 as the CPU emulation's flush_arith (numeric/arith.h flush_operand_a / _b). Variant 0 only.
+  Arith flush_arith = Arith::FP32;
   // Which kernel runs the step (same semantics, same ring and cursor): 0 = one CTA per (row, head, P-tile);
   // 1 = grouped: one CTA per (row, group, chunk of heads_per_cta heads of the group), the slot / cursor / ring
   // prologue done once per CTA and the heads' tiles streamed back to back (mamba2_replay_grouped.cu);

@@ -49,9 +49,10 @@ namespace m2 {
 constexpr int kRingRegs = 8;  // ring x values per thread loaded together in phase B (more entries: further rounds)
 
 // Shared memory of one CTA, in floats: C_t, B_t, per-entry dots and weights, per-row scalars of the tile, and for
-// the flush the entries' B (fp32, [E][N]) and x·weight per row ([rows][E4], a row's entries as float4).
+// the flush its terms' operands: B ([E·F][N]) and x·weight per row ([rows][up4(E·F)], a row's terms as float4), staged
+// in the flush arithmetic (numeric/arith.h), F = flush_terms terms per entry (3xtf32: 3, else 1).
 struct ReplaySmem {
-  int N, E, rows;  // E = interval (largest number of entries), rows = tile rows
+  int N, E, rows, F;  // E = interval (largest number of entries), rows = tile rows, F = flush terms per entry
   // Regions start on 16-byte boundaries (float4 reads).
   __host__ __device__ static int up4(int n) { return (n + 3) & ~3; }
   __host__ __device__ int off_C() const { return 0; }
@@ -65,13 +66,13 @@ struct ReplaySmem {
   __host__ __device__ int off_xbits() const { return off_xb() + up4(rows); }  // x_t's buffer code (int) per row
   __host__ __device__ int off_Bbits() const { return off_xbits() + up4(rows); }  // B_t's buffer codes (int)
   __host__ __device__ int off_B() const { return off_Bbits() + up4(N); }
-  __host__ __device__ int off_u() const { return off_B() + E * up4(N); }
-  __host__ __device__ int floats() const { return off_u() + rows * up4(E); }
+  __host__ __device__ int off_u() const { return off_B() + E * F * up4(N); }
+  __host__ __device__ int floats() const { return off_u() + rows * up4(E * F); }
 };
 
 // Everything the stream phase needs, per CTA.
 struct TileCtx {
-  int P, N, h, row, p_begin, p_end, nent, E4;
+  int P, N, h, row, p_begin, p_end, nfold, E4;  // nfold: the flush's terms (entries · F)
   long long ys;
   float decay;
   bool y_bf16, gated;
@@ -125,6 +126,7 @@ __device__ void stream_read(const Mamba2StepArgs& a, const TileCtx& t, const T* 
 
 // Flush: the tile of the checkpoint (update copy; first chunk in q): output from it, fold the ring in, write it back
 // (and the dual read copy, rounded from the same registers). T: checkpoint type; R: read-copy type or void.
+// The fold runs over the staged terms in entry order from the decayed checkpoint, as the emulation's flush_head.
 template <class T, class RDT, int R, int kLanes>
 __device__ void stream_flush(const Mamba2StepArgs& a, const TileCtx& t, T* ck, RDT* rd, const float* smem,
                              const ReplaySmem& L) {
@@ -150,17 +152,17 @@ __device__ void stream_flush(const Mamba2StepArgs& a, const TileCtx& t, T* ck, R
       }
     }
     write_scattered<R, kLanes>(a, t, smem, L, lay, p0, acc);
-    for (int e0 = 0; e0 < t.nent; e0 += 4) {  // 4 entries per round: the x·weights of a row as one float4
+    for (int e0 = 0; e0 < t.nfold; e0 += 4) {  // 4 terms per round: the x·weights of a row as one float4
       float b[4][kVec];
 #pragma unroll
       for (int ee = 0; ee < 4; ++ee)
 #pragma unroll
         for (int k = 0; k < kVec; k += 4) {
-          const float4 v = e0 + ee < t.nent ? *reinterpret_cast<const float4*>(sB + (e0 + ee) * t.N + k)
+          const float4 v = e0 + ee < t.nfold ? *reinterpret_cast<const float4*>(sB + (e0 + ee) * t.N + k)
                                             : make_float4(0.f, 0.f, 0.f, 0.f);
           b[ee][k] = v.x, b[ee][k + 1] = v.y, b[ee][k + 2] = v.z, b[ee][k + 3] = v.w;
         }
-      const int ne = min(4, t.nent - e0);
+      const int ne = min(4, t.nfold - e0);
 #pragma unroll
       for (int u = 0; u < R; ++u) {
         const int pl = min(p0 + u * lay.rpp + lay.rsub, t.p_end - 1) - t.p_begin;  // rows past the tile: dropped
@@ -211,7 +213,8 @@ __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kern
   if (slot < 0) return;  // padded row: nothing read or written
   const int g = h / hpg, tid = threadIdx.x;
   const int tile_rows = (P + ptiles - 1) / ptiles;
-  const ReplaySmem L{N, l.interval, tile_rows};
+  const int F = flush_terms(l.flush_arith);
+  const ReplaySmem L{N, l.interval, tile_rows, F};
   constexpr bool kDual = !std::is_void<RD>::value;
   const int p_begin = tile * tile_rows, p_end = min(P, p_begin + tile_rows), rows = p_end - p_begin;
   const long long head_off = (static_cast<long long>(slot) * H + h) * P * N;
@@ -312,10 +315,15 @@ __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kern
         }
 #pragma unroll
         for (int m = 0; m < 8; ++m) acc[v] = fmaf(b[m], smem[L.off_C() + 8 * k + m], acc[v]);
-        if (flush) {
-          float4* dst = reinterpret_cast<float4*>(smem + L.off_B() + e * N + 8 * k);
-          dst[0] = make_float4(b[0], b[1], b[2], b[3]);
-          dst[1] = make_float4(b[4], b[5], b[6], b[7]);
+        if (flush) {  // entry e's terms: rows e·F .. e·F + F − 1 of the staged B
+          for (int r = 0; r < F; ++r) {
+            float o[8];
+#pragma unroll
+            for (int m = 0; m < 8; ++m) o[m] = flush_operand_b(l.flush_arith, b[m], r);
+            float4* dst = reinterpret_cast<float4*>(smem + L.off_B() + (e * F + r) * N + 8 * k);
+            dst[0] = make_float4(o[0], o[1], o[2], o[3]);
+            dst[1] = make_float4(o[4], o[5], o[6], o[7]);
+          }
         }
       }
       acc[v] = row_sum(acc[v], c8);
@@ -331,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kern
   __syncthreads();
 
   // ---- C: ring sum per row, the flush's x·weight per (row, entry), this token's ring append ----
-  const int E4 = ReplaySmem::up4(l.interval);
+  const int E4 = ReplaySmem::up4(l.interval * F);
   for (int p = xp, round = 0; round * (kThreads / tpr) < rows; ++round, p += kThreads / tpr) {
     float acc = 0.0f;
     const bool live = p < p_end;
@@ -347,7 +355,8 @@ __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kern
         else xe = live ? bf16_bits_to_float(rx[static_cast<long long>(e) * H * P + p]) : 0.0f;
         const float wf = smem[L.off_wf() + e];
         acc = fmaf(wf * smem[L.off_dot() + e], xe, acc);
-        if (flush && live) smem[L.off_u() + (p - p_begin) * E4 + e] = wf * xe;
+        if (flush && live)
+          for (int r = 0; r < F; ++r) smem[L.off_u() + (p - p_begin) * E4 + e * F + r] = flush_operand_a(l.flush_arith, wf * xe, r);
       }
     }
     acc = row_sum(acc, tpr);
@@ -370,7 +379,7 @@ __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kern
 
   // ---- D: the stream ----
   TileCtx t;
-  t.P = P, t.N = N, t.h = h, t.row = row, t.p_begin = p_begin, t.p_end = p_end, t.nent = nent, t.E4 = E4;
+  t.P = P, t.N = N, t.h = h, t.row = row, t.p_begin = p_begin, t.p_end = p_end, t.nfold = nent * F, t.E4 = E4;
   t.ys = or_default(a.y_stride, static_cast<long long>(H) * P);
   t.decay = expf(lam_t);
   t.y_bf16 = a.y_format == Format::BF16;
@@ -395,8 +404,11 @@ template <class A, class CK, class RD>
 void launch_replay(const Mamba2ReplayLaunch& l, int ptiles, cudaStream_t stream) {
   const long long blocks = static_cast<long long>(l.step.batch) * l.step.dims.H * ptiles;
   if (blocks > 0x7FFFFFFFLL) bad_launch("mamba2_replay_step", "batch · H · tiles exceeds the grid limit");
-  const ReplaySmem L{l.step.dims.N, l.interval, (l.step.dims.P + ptiles - 1) / ptiles};
+  const ReplaySmem L{l.step.dims.N, l.interval, (l.step.dims.P + ptiles - 1) / ptiles, flush_terms(l.flush_arith)};
   const size_t bytes = static_cast<size_t>(L.floats()) * sizeof(float);
+  if (bytes > 227 * 1024)
+    bad_launch("mamba2_replay_step", "needs " + std::to_string(bytes) + " bytes of shared memory (over 227 KiB): lower "
+               "the interval, or a flush_arith other than 3xtf32 (three staged terms per entry)");
   auto kernel = l.step.dims.N == kPresetN ? mamba2_replay_kernel<A, CK, RD, kPresetN> : mamba2_replay_kernel<A, CK, RD, 0>;
   if (bytes > 48 * 1024) {  // above the default dynamic limit; a cheap attribute set, no synchronisation
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -451,6 +463,12 @@ void mamba2_replay_step(const Mamba2ReplayLaunch& l, cudaStream_t stream) {
   }
   m2::check_state_rows(what, l.step.dims.N, m2::state_vec(l.ckpt_format), l.d_ckpt);
   if (l.variant < 0 || l.variant > 2) m2::bad_launch(what, "variant must be 0, 1 or 2 (got " + std::to_string(l.variant) + ")");
+  if (l.flush_arith != Arith::FP32 && l.flush_arith != Arith::TF32 && l.flush_arith != Arith::TF32x3 &&
+      l.flush_arith != Arith::BF16)
+    m2::bad_launch(what, "flush_arith must be fp32, tf32, 3xtf32 or bf16 (got " + arith_name(l.flush_arith) + ")");
+  if (l.flush_arith != Arith::FP32 && l.variant != 0)
+    m2::bad_launch(what, "flush_arith " + arith_name(l.flush_arith) + " runs in variant 0 only (variants 1 and 2 flush in "
+                         "fp32; got variant " + std::to_string(l.variant) + ")");
   if (l.variant == 1) return m2::replay_grouped(l, streamed, stream);
   if (l.variant == 2) return m2::replay_pipelined(l, stream);
   const int ptiles = mamba2_p_tiles(l.step.dims, l.step.batch, streamed);

@@ -38,6 +38,7 @@
 #include "metrics/tolerance.h"
 #include "model/formulas.h"
 #include "model/gdn.h"
+#include "numeric/arith.h"
 #include "numeric/bits.h"
 
 #include "gpu_test_util.h"
@@ -59,6 +60,7 @@ struct Case {
   Format act = Format::BF16;
   Format ofmt = Format::FP32;
   int interval = 1;
+  Arith flush = Arith::FP32;  // the inner flush's arithmetic (GdnReplayLaunch::flush_arith)
   std::string name() const {
     const char* k = kind == Kind::Eager ? "eager" : kind == Kind::Replay ? "replay" : "dual";
     std::string s = fmt::format("{} {}", geo, k);
@@ -67,6 +69,7 @@ struct Case {
     if (kind != Kind::Eager) s += fmt::format(" K={}", interval);
     s += " act=" + format_name(act);
     if (ofmt != Format::FP32) s += " o=" + format_name(ofmt);
+    if (flush != Arith::FP32) s += " flush=" + arith_name(flush);
     return s;
   }
 };
@@ -193,13 +196,19 @@ void run_case(const Case& c, uint64_t seed) {
     lr.step = a, lr.interval = KI, lr.capacity = cap, lr.route = c.route, lr.ckpt_format = sf, lr.d_ckpt = dck.p;
     lr.dual = dual, lr.read_format = c.read, lr.d_read = dual ? drd->p : nullptr;
     lr.d_ring_u = dru.p, lr.d_ring_k = drk.p, lr.d_ring_G = drG.p, lr.d_fill = dfill.p, lr.d_arrive = darr.p;
+    lr.flush_arith = c.flush;
   }
 
   Format judged = eager ? sf : Format::BF16;
   if (c.ofmt == Format::BF16) judged = Format::BF16;
   const Tolerance tol = output_tolerance(judged);
   const bool all_fp32 = sf == Format::FP32 && !dual && c.ofmt == Format::FP32;
-  const double diff_bound = all_fp32 ? (eager ? 2e-5 : 1e-3) : tol.rel_max;
+  // tf32 / bf16 flush operands: kernel and emulation stage the same operands except where the device's expf moved a
+  // weight across an operand rounding boundary (one operand ulp, 2u, on that term); judged against the emulation, not
+  // the fp64 budget (3xtf32 keeps every bound).
+  const double flush_u = c.flush == Arith::TF32 ? 0x1p-11 : c.flush == Arith::BF16 ? 0x1p-8 : 0.0;
+  const bool fp64_budget = flush_u == 0.0;
+  const double diff_bound = std::max(all_fp32 ? (eager ? 2e-5 : 1e-3) : tol.rel_max, 4.0 * flush_u);
   double ker_sum = 0, emu_sum = 0, ker_max = 0, diff_max = 0;
   int measured = 0;
   long long unwritten = 0, padded_touched = 0, fill_mismatch = 0;
@@ -312,8 +321,8 @@ void run_case(const Case& c, uint64_t seed) {
             if (flush) {
               for (int n = 0; n < K; ++n) {
                 float acc = dt * S[n];
-                for (int x = 0; x < j; ++x) acc += (wf[x] * u_at(x)) * key(x)[n];
-                acc += (wf[j] * uj) * kbh[n];
+                for (int x = 0; x < j; ++x) acc = arith_mac(c.flush, acc, wf[x] * u_at(x), key(x)[n]);
+                acc = arith_mac(c.flush, acc, wf[j] * uj, kbh[n]);
                 newrows[static_cast<size_t>(i) * K + n] = acc;
               }
             }
@@ -367,7 +376,7 @@ void run_case(const Case& c, uint64_t seed) {
   const std::vector<uint16_t> ru_now = eager ? std::vector<uint16_t>() : dru.get();
   const std::vector<uint16_t> rk_now = eager ? std::vector<uint16_t>() : drk.get();
   const std::vector<float> rG_now = eager ? std::vector<float>() : drG.get();
-  double st_ref = 0, st_emu = 0, ring_u_diff = 0, ring_k_diff = 0, ring_G_diff = 0;
+  double st_ref = 0, st_emu = 0, st_emu_ref = 0, ring_u_diff = 0, ring_k_diff = 0, ring_G_diff = 0;
   long long untouched_bad = 0, read_copy_bad = 0;
   for (int s = 0; s < pool; ++s) {
     if (!used(s)) {
@@ -385,6 +394,7 @@ void run_case(const Case& c, uint64_t seed) {
     const std::vector<double>& ref = eager ? e.ref : e.ref_at_flush;
     st_ref = max_nan(st_ref, rel_rms(&ck_now[s * SE], ref.data(), SE));
     st_emu = max_nan(st_emu, rel_rms(&ck_now[s * SE], e.ck.data(), SE));
+    st_emu_ref = max_nan(st_emu_ref, rel_rms(e.ck.data(), ref.data(), SE));
     if (dual) {
       for (size_t i = 0; i < SE; ++i) {
         uint16_t u;
@@ -410,7 +420,8 @@ void run_case(const Case& c, uint64_t seed) {
   // State bounds: eager fp32 as the outputs; a replay checkpoint carries the bf16 rounding of every buffered u.
   const double state_ref_bound =
       eager ? (sf == Format::FP32 ? 1e-5 : output_tolerance(sf).rel_max) : output_tolerance(Format::BF16).rel_max;
-  const double state_emu_bound = sf == Format::FP32 ? (eager ? 2e-5 : 1e-3) : output_tolerance(sf).rel_max;
+  const double state_emu_bound =
+      std::max(sf == Format::FP32 ? (eager ? 2e-5 : 1e-3) : output_tolerance(sf).rel_max, 4.0 * flush_u);
   fmt::print("{:<60} out err mean {:.2e} (emu {:.2e}, {:.0f}% of budget) max {:.2e} | vs emu {:.1e} | state vs fp64 "
              "{:.1e} vs emu {:.1e} | ring u {:.1e} k {:.1e} G {:.1e}\n",
              c.name(), ker_mean, emu_mean, 100.0 * ker_mean / tol.rel_mean, ker_max, diff_max, st_ref, st_emu,
@@ -428,12 +439,17 @@ void run_case(const Case& c, uint64_t seed) {
   CHECK(ring_u_diff <= 1e-3);
   CHECK(ring_k_diff <= 1e-3);
   CHECK(ring_G_diff <= 1e-5);
-  CHECK(ker_mean <= tol.rel_mean);
-  CHECK(ker_max <= tol.rel_max);
+  if (fp64_budget) {
+    CHECK(ker_mean <= tol.rel_mean);
+    CHECK(ker_max <= tol.rel_max);
+  }
   CHECK(ker_mean <= 2.0 * emu_mean + 1e-6);
   CHECK(diff_max <= diff_bound);
   CHECK(st_emu <= state_emu_bound);
-  CHECK(st_ref <= state_ref_bound);
+  if (fp64_budget)
+    CHECK(st_ref <= state_ref_bound);
+  else
+    CHECK(st_ref <= 2.0 * st_emu_ref + 1e-6);
 }
 
 GdnDims small() { return {2, 4, 16, 16}; }
@@ -509,12 +525,31 @@ TEST_CASE("gdn cuda replay and dual: Qwen3.5-4B and Qwen3.5-122B, both routes", 
       }
 }
 
+TEST_CASE("gdn cuda replay and dual: flush arithmetic tf32, 3xtf32, bf16 operands (inner route)", "[gpu][gdn][arith]") {
+  if (!have_device()) return;
+  for (Arith m : {Arith::TF32, Arith::TF32x3, Arith::BF16})
+    for (int K : {1, 4, 16, 64}) {
+      for (Kind kind : {Kind::Replay, Kind::Dual}) {
+        Case c;
+        c.geo = "small", c.dims = small(), c.kind = kind, c.interval = K, c.flush = m;
+        run_case(c, seed_for(c));
+      }
+      if (K == 16) {
+        Case c;
+        c.geo = "qwen35-4b", c.dims = qwen4b(), c.kind = Kind::Replay, c.interval = K, c.flush = m;
+        run_case(c, seed_for(c));
+      }
+    }
+}
+
 TEST_CASE("gdn cuda launchers reject bad launch structs with a message naming the field", "[gpu][gdn]") {
   if (!have_device()) return;
   GdnReplayLaunch l;
   l.step.dims = small();
   l.step.batch = 1;
   CHECK_THROWS_WITH(gdn_replay_step(l, nullptr), Catch::Contains("d_slot"));
+  l.route = GdnRoute::Reconstruct, l.flush_arith = Arith::TF32;
+  CHECK_THROWS_WITH(gdn_replay_step(l, nullptr), Catch::Contains("flush_arith tf32 needs route inner"));
   GdnEagerLaunch e;
   e.step.dims = {3, 4, 16, 16};
   e.step.batch = 1;
