@@ -41,10 +41,10 @@ RSSM_HD constexpr PhiloxBlock philox4x32_10(PhiloxBlock c, uint32_t k0, uint32_t
   return c;
 }
 
-// The std::array form; device code calls philox4x32_10 directly (std::array is only device-callable with
+// The std::array form, host only; device code calls philox4x32_10 directly (std::array is only device-callable with
 // nvcc's --expt-relaxed-constexpr).
 struct Philox4x32 {
-  RSSM_HD static constexpr std::array<uint32_t, 4> generate(std::array<uint32_t, 4> counter,
+  static constexpr std::array<uint32_t, 4> generate(std::array<uint32_t, 4> counter,
                                                             std::array<uint32_t, 2> key) {
     const PhiloxBlock r = philox4x32_10(PhiloxBlock{{counter[0], counter[1], counter[2], counter[3]}}, key[0], key[1]);
     return {r.v[0], r.v[1], r.v[2], r.v[3]};

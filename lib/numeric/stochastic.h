@@ -22,13 +22,16 @@ enum class RandomStream : uint32_t {
   EagerState = 2,        // the state of an eager decoder, stored every step
 };
 
+// The four words of block `block`: elements 4·block .. 4·block + 3 (a kernel storing a vector of 4 or 8 elements
+// draws one block per 4 instead of one per element).
+RSSM_HD inline PhiloxBlock state_random_block(uint64_t seed, RandomStream stream, long long step, uint64_t block) {
+  return philox4x32_10(PhiloxBlock{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32),
+                                    static_cast<uint32_t>(step), static_cast<uint32_t>(stream)}},
+                       static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
+}
+
 RSSM_HD inline uint32_t state_random_bits(uint64_t seed, RandomStream stream, long long step, long long element) {
-  const uint64_t block = static_cast<uint64_t>(element) >> 2;
-  const PhiloxBlock r = philox4x32_10(
-      PhiloxBlock{{static_cast<uint32_t>(block), static_cast<uint32_t>(block >> 32), static_cast<uint32_t>(step),
-                   static_cast<uint32_t>(stream)}},
-      static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
-  return r.v[element & 3];
+  return state_random_block(seed, stream, step, static_cast<uint64_t>(element) >> 2).v[element & 3];
 }
 
 }  // namespace rssm
