@@ -72,4 +72,16 @@ inline void bf16_codes(const float* src, size_t n, std::vector<uint16_t>& codes)
   for (size_t k = 0; k < n; ++k) codes[k] = float_to_bf16_bits(src[k]);
 }
 
+// The positions of n lockstep steps of seqs rows ([n, seqs], step0 + k for every row of step k) to the device for
+// stochastic rounding's step key (Mamba2StepArgs / GdnStepArgs d_pos). `host` must stay untouched until the stream
+// has passed the copy (the decoders wait once per advance()).
+inline void stage_positions(DeviceBuffer& d, std::vector<int64_t>& host, long long step0, int n, int seqs,
+                            cudaStream_t stream) {
+  host.resize(static_cast<size_t>(n) * static_cast<size_t>(seqs));
+  for (int k = 0; k < n; ++k)
+    for (int r = 0; r < seqs; ++r) host[static_cast<size_t>(k) * seqs + r] = step0 + k;
+  d.reserve(host.size() * sizeof(int64_t));
+  CUDA_CHECK(cudaMemcpyAsync(d.as(), host.data(), host.size() * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
+}
+
 }  // namespace rssm

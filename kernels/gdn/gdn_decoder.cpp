@@ -42,7 +42,7 @@ void check_rows(const Model& model, Format f, const char* copy) {
 
 class GdnCudaDecoder final : public Decoder {
  public:
-  explicit GdnCudaDecoder(const Scheme& s) : s_(s) {}
+  GdnCudaDecoder(const Scheme& s, uint64_t seed) : s_(s), seed_(seed) {}
   ~GdnCudaDecoder() override {
     if (stream_) (void)cudaStreamDestroy(stream_);
   }
@@ -62,6 +62,7 @@ class GdnCudaDecoder final : public Decoder {
   void fetch(const DeviceBuffer& d, Format f, std::vector<double>& out) const;
 
   Scheme s_;
+  uint64_t seed_ = 0;  // stochastic rounding's key (numeric/stochastic.h), the run's seed as the CPU decoders take it
   Model model_;
   GdnDims dims_;
   int seqs_ = 0, capacity_ = 0, fill_ = 0;
@@ -74,6 +75,8 @@ class GdnCudaDecoder final : public Decoder {
   // act_format and the outputs [n, seqs, HV·V] in out_format.
   DeviceBuffer slot_, A_log_, dt_bias_, state_, read_;
   DeviceBuffer ring_u_, ring_k_, ring_G_, fill_d_, arrive_;
+  DeviceBuffer pos_;                // [n, seqs] each staged step's position (stochastic rounding's step key)
+  std::vector<int64_t> pos_host_;   // its host copy, kept while the copy is in flight
   DeviceBuffer in_[kInputs], y_;
   // Host: bf16 codes of each input while its copy is in flight (one vector per input: none is reused before the
   // stream is waited for), the outputs' codes, and the dequantised state copies state() points into.
@@ -165,6 +168,7 @@ void GdnCudaDecoder::stage(const InputChunk& c, int s0, int n) {
     }
   }
   y_.reserve(static_cast<size_t>(n) * seqs_ * model_.out_elems() * y_bytes_);
+  if (s_.rounding == Rounding::Stochastic) stage_positions(pos_, pos_host_, step_, n, seqs_, stream_);
 }
 
 void GdnCudaDecoder::launch(int k) {
@@ -187,6 +191,9 @@ void GdnCudaDecoder::launch(int k) {
   a.eps = static_cast<float>(p.eps);  // the CPU decoders normalise in float with the same epsilon
   a.d_o = y_.at(rows * HVV * y_bytes_);
   a.o_format = s_.out_format;
+  a.rounding = s_.rounding;
+  a.seed = seed_;
+  a.d_pos = s_.rounding == Rounding::Stochastic ? pos_.as<const int64_t>() + static_cast<size_t>(k) * seqs_ : nullptr;
   if (!s_.replays()) {
     GdnEagerLaunch l;
     l.step = a;
@@ -265,7 +272,10 @@ std::string gdn_cuda_unsupported(const Scheme& s) {
   if (s.out_format != Format::BF16 && s.out_format != Format::FP32)
     return fmt::format("no CUDA kernel stores {} outputs yet (the GDN kernels write o in fp32 or bf16)",
                        format_name(s.out_format));
-  if (s.rounding == Rounding::Stochastic) return "no CUDA kernel for stochastic rounding yet";
+  // Stochastic rounding is in the eager and replay kernels (the step args' rounding / seed / d_pos) and their GPU
+  // tests, held back from runs until those tests have passed on a device (none was lent when it was written).
+  if (s.rounding == Rounding::Stochastic)
+    return "stochastic rounding on CUDA is written but not yet validated on a GPU (nearest until its GPU tests pass)";
   const Format sf = s.state_format;
   if (!s.replays()) {
     if (!kernel_state_format(sf))
@@ -301,11 +311,11 @@ std::string gdn_cuda_unsupported(const Scheme& s) {
   return "";
 }
 
-std::unique_ptr<Decoder> make_gdn_cuda_decoder(const Scheme& s, uint64_t) {
+std::unique_ptr<Decoder> make_gdn_cuda_decoder(const Scheme& s, uint64_t seed) {
   if (s.backend != Backend::Cuda) throw InternalError("make_gdn_cuda_decoder(" + s.name() + "): not a cuda scheme");
   const std::string why = gdn_cuda_unsupported(s);
   if (!why.empty()) throw InternalError("make_gdn_cuda_decoder(" + s.name() + "): " + why);
-  return std::make_unique<GdnCudaDecoder>(s);
+  return std::make_unique<GdnCudaDecoder>(s, seed);
 }
 
 }  // namespace rssm

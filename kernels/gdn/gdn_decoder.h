@@ -16,14 +16,14 @@
 namespace rssm {
 
 // Why the GDN kernels cannot run `scheme` ("" when they can), one line naming the missing kernel, e.g.
-// "no CUDA kernel for stochastic rounding yet". Independent of the device and of the layer's geometry (reset()
+// "no CUDA kernel for an eager fp64 state". Independent of the device and of the layer's geometry (reset()
 // checks the geometry). The backend asks it for GDN layers only (kernels/cuda_backend.cpp picks by family).
 std::string gdn_cuda_unsupported(const Scheme& scheme);
 
 // The decoder of a scheme for which gdn_cuda_unsupported is empty (InternalError otherwise). Its name() is
 // scheme.decoder_name() ("cuda:replay-bf16-K8-...-route_inner-..."). Its state copies carry the CPU decoders' names
 // and steps: eager "state" (after the last step); replay "checkpoint" (the shared checkpoint or the dual update
-// copy) and, dual, "read", both as of the last flush. The seed is unused until a stochastic-rounding kernel exists.
+// copy) and, dual, "read", both as of the last flush. The seed keys stochastic rounding (numeric/stochastic.h), as the CPU decoders'.
 std::unique_ptr<Decoder> make_gdn_cuda_decoder(const Scheme& scheme, uint64_t seed);
 
 }  // namespace rssm

@@ -13,6 +13,7 @@
 #include <string>
 #include <type_traits>
 
+#include "common/state_vec.cuh"    // StateVec, store_narrow4
 #include "common/warp_reduce.cuh"  // row_sum, reduce_scatter
 #include "gdn/gdn_kernels.h"
 #include "model/formulas.h"
@@ -25,96 +26,7 @@ constexpr int kThreads = 128;  // one CTA: 4 warps
 constexpr int kWarps = kThreads / 32;
 constexpr int kUnroll = 4;     // passes of rows whose state loads are in flight together
 
-// A 16-byte vector of state elements: kVec elements of T, loaded as one uint4 and converted to fp32.
-// Stores round to nearest even with the hardware conversion (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32), which equals
-// numeric/bits.h's round_bf16 / round_fp16 on every finite value and infinity; only a NaN's payload may differ.
-template <class T>
-struct StateVec;
-
-template <>
-struct StateVec<float> {
-  static constexpr int kVec = 4;
-  __device__ static void load(const float* p, float v[kVec]) {
-    unpack(__ldcs(reinterpret_cast<const uint4*>(p)), v);  // streamed once: evict first
-  }
-  __device__ static void unpack(const uint4 q, float v[kVec]) {
-    v[0] = __uint_as_float(q.x), v[1] = __uint_as_float(q.y), v[2] = __uint_as_float(q.z), v[3] = __uint_as_float(q.w);
-  }
-  __device__ static void store(float* p, float v[kVec]) {
-    __stcs(reinterpret_cast<float4*>(p), make_float4(v[0], v[1], v[2], v[3]));
-  }
-};
-
-template <>
-struct StateVec<__nv_bfloat16> {
-  static constexpr int kVec = 8;
-  __device__ static void load(const __nv_bfloat16* p, float v[kVec]) { unpack(__ldcs(reinterpret_cast<const uint4*>(p)), v); }
-  __device__ static void unpack(const uint4 q, float v[kVec]) {
-    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[2 * i] = __uint_as_float(w[i] << 16);
-      v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-    }
-  }
-  // Rounds v to bf16, stores it, and leaves the rounded values in v (the value every later use must see).
-  __device__ static void store(__nv_bfloat16* p, float v[kVec]) {
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const __nv_bfloat162 b = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-      w[i] = *reinterpret_cast<const uint32_t*>(&b);
-      v[2 * i] = __uint_as_float(w[i] << 16);
-      v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-    }
-    __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
-  }
-};
-
-template <>
-struct StateVec<__half> {
-  static constexpr int kVec = 8;
-  __device__ static void load(const __half* p, float v[kVec]) { unpack(__ldcs(reinterpret_cast<const uint4*>(p)), v); }
-  __device__ static void unpack(const uint4 q, float v[kVec]) {
-    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-      v[2 * i] = f.x;
-      v[2 * i + 1] = f.y;
-    }
-  }
-  __device__ static void store(__half* p, float v[kVec]) {
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
-      w[i] = *reinterpret_cast<const uint32_t*>(&h);
-      const float2 f = __half22float2(h);
-      v[2 * i] = f.x;
-      v[2 * i + 1] = f.y;
-    }
-    __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
-  }
-};
-
-// Four fp32 values rounded to T (bf16 or fp16) and stored as one 8-byte vector: the dual read copy, written from
-// the fp32 update copy's registers (whose vector is 4 wide).
-template <class T>
-__device__ inline void store_narrow4(T* p, const float v[4]) {
-  uint32_t w[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-      const __nv_bfloat162 b = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-      w[i] = *reinterpret_cast<const uint32_t*>(&b);
-    } else {
-      const __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
-      w[i] = *reinterpret_cast<const uint32_t*>(&h);
-    }
-  }
-  __stcs(reinterpret_cast<uint2*>(p), make_uint2(w[0], w[1]));
-}
+// StateVec (16-byte state vectors, nearest and stochastic stores) and store_narrow4: common/state_vec.cuh.
 
 __device__ inline float to_f32(float v) { return v; }
 __device__ inline float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -202,7 +114,8 @@ __device__ inline void round_narrow4(float v[4]) {
 inline int state_vec(Format f) { return f == Format::FP32 ? 4 : 8; }
 
 // Checks of the fields every step shares.
-inline void check_step_args(const char* what, const GdnStepArgs& a) {
+// sr_ok: the kernel this launch runs implements stochastic rounding (the step args' `rounding`).
+inline void check_step_args(const char* what, const GdnStepArgs& a, bool sr_ok = false) {
   const GdnDims& d = a.dims;
   if (d.HK <= 0 || d.HV <= 0 || d.K <= 0 || d.V <= 0 || d.HV % d.HK != 0)
     bad_launch(what, "dims HK, HV, K, V must be positive with HV a multiple of HK (got HK=" + std::to_string(d.HK) +
@@ -216,6 +129,12 @@ inline void check_step_args(const char* what, const GdnStepArgs& a) {
   if (a.o_format != Format::BF16 && a.o_format != Format::FP32)
     bad_launch(what, "o_format must be bf16 or fp32 (got " + format_name(a.o_format) + ")");
   if (!(a.eps > 0.0f)) bad_launch(what, "eps must be positive");
+  if (a.rounding != Rounding::Nearest && a.rounding != Rounding::Stochastic)
+    bad_launch(what, "rounding must be nearest or stochastic");
+  if (a.rounding == Rounding::Stochastic && !sr_ok)
+    bad_launch(what, "rounding = stochastic is not implemented in this kernel (gdn_eager_step and gdn_replay_step "
+                     "have it)");
+  if (a.rounding == Rounding::Stochastic && !a.d_pos) bad_launch(what, "d_pos must be set for rounding = stochastic");
 }
 
 // The streamed state's vectors: K / vec lanes per row, a power of two dividing 32.

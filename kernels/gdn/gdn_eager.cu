@@ -17,7 +17,8 @@
 namespace rssm {
 namespace gdn {
 
-template <class S, class A>
+// kSR: stochastic rounding of the stored state (16-bit S only), the words of numeric/stochastic.h at step d_pos[row].
+template <class S, class A, bool kSR>
 __global__ void __launch_bounds__(kThreads) gdn_eager_kernel(GdnStepArgs a, S* __restrict__ state, int vtiles) {
   extern __shared__ float4 smem4[];
   float* s_q = reinterpret_cast<float*>(smem4);  // [K] normalised q (scaled), then [K] normalised k, then scratch
@@ -92,7 +93,16 @@ __global__ void __launch_bounds__(kThreads) gdn_eager_kernel(GdnStepArgs a, S* _
       const float upd = gt.beta * (vv[u] - gt.alpha * dk[u]);
 #pragma unroll
       for (int e = 0; e < kVec; ++e) s[u][e] = fmaf(gt.alpha, s[u][e], upd * kv[e]);
-      if (i < v_end) StateVec<S>::store(head + static_cast<long long>(i) * K, s[u]);  // s now holds stored values
+      if (i < v_end) {  // s now holds stored values
+        if constexpr (kSR) {
+          uint32_t r[kVec];
+          random_words<kVec>(SrKey{a.seed, RandomStream::EagerState, static_cast<long long>(a.d_pos[row])},
+                             head_off + c * kVec + static_cast<long long>(i) * K, r);
+          StateVec<S>::store_sr(head + static_cast<long long>(i) * K, s[u], r);
+        } else {
+          StateVec<S>::store(head + static_cast<long long>(i) * K, s[u]);
+        }
+      }
       dq[u] = 0.0f;
 #pragma unroll
       for (int e = 0; e < kVec; ++e) dq[u] = fmaf(s[u][e], qv[e], dq[u]);
@@ -115,7 +125,10 @@ void launch_eager(const GdnEagerLaunch& l, int vtiles, cudaStream_t stream) {
   const long long blocks = static_cast<long long>(l.step.batch) * l.step.dims.HV * vtiles;
   if (blocks > 0x7FFFFFFFLL) bad_launch("gdn_eager_step", "batch · HV · tiles exceeds the grid limit");
   const size_t bytes = (2 * static_cast<size_t>(l.step.dims.K) + 2 * kWarps) * sizeof(float);
-  auto kernel = gdn_eager_kernel<S, A>;
+  auto kernel = gdn_eager_kernel<S, A, false>;
+  if constexpr (sizeof(S) == 2) {  // stochastic rounding: 16-bit states only (an fp32 state stores without rounding)
+    if (l.step.rounding == Rounding::Stochastic) kernel = gdn_eager_kernel<S, A, true>;
+  }
   if (bytes > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(l.step, static_cast<S*>(l.d_state), vtiles);
@@ -145,7 +158,7 @@ int gdn_v_tiles(const GdnDims& dims, int batch, Format state_format) {
 
 void gdn_eager_step(const GdnEagerLaunch& l, cudaStream_t stream) {
   const char* what = "gdn_eager_step";
-  gdn::check_step_args(what, l.step);
+  gdn::check_step_args(what, l.step, true);
   if (l.step.batch == 0) return;
   if (l.state_format != Format::FP32 && l.state_format != Format::BF16 && l.state_format != Format::FP16)
     gdn::bad_launch(what, "state_format must be fp32, bf16 or fp16 (got " + format_name(l.state_format) + ")");

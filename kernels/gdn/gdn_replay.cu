@@ -70,6 +70,8 @@ struct TileCtx {
   int F;     // the inner flush's terms per entry (flush_terms of fa)
   Arith fa;  // the inner flush's arithmetic
   long long os;
+  long long elem0;       // the element index (stochastic rounding) of row 0 of the head at the thread's lane
+  SrKey sr_ck, sr_read;  // stochastic rounding of the flush's stores: checkpoint (update copy), dual read copy
   float dprev, dt, alpha, beta, wq_j, wf_j;  // e^{G_{j−1}}, e^{G_t}, α_t, β_t, entry j's output and flush weights
   bool o_bf16;
 };
@@ -87,7 +89,8 @@ __device__ inline void load_f32(const float* p, float v[kVec]) {
 // void. Flush steps: src is the checkpoint (dual: the fp32 update copy, R the read-copy type), written back.
 // kL: lanes of a row when K is fixed at compile time (the kernel's kK), else 0. Rows u of a chunk are one pass of
 // the CTA apart, rows_per_pass·K = kThreads·kVec elements whatever K is: fixed offsets from one row pointer.
-template <class T, class R, bool kInner, bool kFlush, int kL, class A>
+// kSR (flush steps): the stores round stochastically, row i's vector at element t.elem0 + i·K.
+template <class T, class R, bool kInner, bool kFlush, int kL, class A, bool kSR>
 __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, R* rd, const A* v, const float* smem,
                             const ReplaySmem& L) {
   constexpr int kVec = StateVec<T>::kVec;
@@ -239,10 +242,22 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
       for (int u = 0; u < kUnroll; ++u) {
         const int i = i0 + u * t.rows_per_pass + t.rsub;
         if (i < t.v_end) {
-          StateVec<T>::store(r0 + u * kPass, s[u]);
+          if constexpr (kSR && sizeof(T) == 2) {
+            uint32_t r[kVec];
+            random_words<kVec>(t.sr_ck, t.elem0 + static_cast<long long>(i) * t.K, r);
+            StateVec<T>::store_sr(r0 + u * kPass, s[u], r);
+          } else {
+            StateVec<T>::store(r0 + u * kPass, s[u]);
+          }
           if constexpr (!std::is_void<R>::value) {
             static_assert(kVec == 4, "dual read copies are written from an fp32 update copy");
-            store_narrow4(rd + static_cast<long long>(i0 + t.rsub) * t.K + u * kPass, s[u]);
+            if constexpr (kSR) {
+              uint32_t r[4];
+              random_words<4>(t.sr_read, t.elem0 + static_cast<long long>(i) * t.K, r);
+              store_narrow4_sr(rd + static_cast<long long>(i0 + t.rsub) * t.K + u * kPass, s[u], r);
+            } else {
+              store_narrow4(rd + static_cast<long long>(i0 + t.rsub) * t.K + u * kPass, s[u]);
+            }
           }
         }
       }
@@ -254,7 +269,8 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
 // kK: kPresetK (every preset's key dim) or 0 (K at run time): a fixed K makes a row's lane count a constant for
 // the stream's reductions (reduce_scatter / row_sums levels unrolled, no test and branch per level).
 constexpr int kPresetK = 128;
-template <class A, class CK, class RD, bool kInner, int kK>
+// kSR: the flush's stores round stochastically (a 16-bit checkpoint or read copy), at step d_pos[row] + 1.
+template <class A, class CK, class RD, bool kInner, int kK, bool kSR>
 __global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l, int vtiles) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
@@ -411,6 +427,13 @@ __global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l,
   t.K = K, t.HV = HV, t.V = V, t.h = h, t.row = row, t.slot = slot, t.cap = cap, t.j = j;
   t.v_begin = v_begin, t.v_end = v_end;
   t.F = F, t.fa = fa;
+  if constexpr (kSR) {
+    constexpr int kVecCK = StateVec<CK>::kVec;
+    t.elem0 = head_off + (tid % (K / kVecCK)) * kVecCK;  // the flush streams the checkpoint's rows
+    const long long folded = static_cast<long long>(a.d_pos[row]) + 1;  // tokens in the checkpoint after the flush
+    t.sr_ck = SrKey{a.seed, RandomStream::CheckpointUpdate, folded};
+    t.sr_read = SrKey{a.seed, RandomStream::CheckpointRead, folded};
+  }
   t.os = or_default(a.o_stride, static_cast<long long>(HV) * V);
   t.dprev = expf(G_prev), t.dt = expf(G_t), t.alpha = gt.alpha, t.beta = gt.beta;
   t.wq_j = kInner ? smem[L.off_wq() + j] : 0.0f;
@@ -422,16 +445,16 @@ __global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l,
     constexpr int kVec = StateVec<Src>::kVec;
     t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
     Src* src = static_cast<Src*>(kDual ? l.d_read : l.d_ckpt) + head_off + t.c * kVec;
-    stream_tile<Src, void, kInner, false, kK / StateVec<Src>::kVec, A>(l, t, src, nullptr, v, smem, L);
+    stream_tile<Src, void, kInner, false, kK / StateVec<Src>::kVec, A, false>(l, t, src, nullptr, v, smem, L);
   } else {
     constexpr int kVec = StateVec<CK>::kVec;
     t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
     CK* ck = static_cast<CK*>(l.d_ckpt) + head_off + t.c * kVec;
     if constexpr (kDual) {
       RD* rd = static_cast<RD*>(l.d_read) + head_off + t.c * kVec;
-      stream_tile<CK, RD, kInner, true, kK / StateVec<CK>::kVec, A>(l, t, ck, rd, v, smem, L);
+      stream_tile<CK, RD, kInner, true, kK / StateVec<CK>::kVec, A, kSR>(l, t, ck, rd, v, smem, L);
     } else {
-      stream_tile<CK, void, kInner, true, kK / StateVec<CK>::kVec, A>(l, t, ck, nullptr, v, smem, L);
+      stream_tile<CK, void, kInner, true, kK / StateVec<CK>::kVec, A, kSR>(l, t, ck, nullptr, v, smem, L);
     }
   }
 }
@@ -447,8 +470,15 @@ void launch_replay(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
     bad_launch("gdn_replay_step", "needs " + std::to_string(bytes) + " bytes of shared memory (over 227 KiB): lower "
                "the interval, or a flush_arith other than 3xtf32 (three staged terms per entry)");
   const bool preset = l.step.dims.K == kPresetK;
-  auto kernel = l.route == GdnRoute::Inner ? (preset ? gdn_replay_kernel<A, CK, RD, true, kPresetK> : gdn_replay_kernel<A, CK, RD, true, 0>)
-                                           : (preset ? gdn_replay_kernel<A, CK, RD, false, kPresetK> : gdn_replay_kernel<A, CK, RD, false, 0>);
+  const bool inner = l.route == GdnRoute::Inner;
+  auto kernel = inner ? (preset ? gdn_replay_kernel<A, CK, RD, true, kPresetK, false> : gdn_replay_kernel<A, CK, RD, true, 0, false>)
+                      : (preset ? gdn_replay_kernel<A, CK, RD, false, kPresetK, false> : gdn_replay_kernel<A, CK, RD, false, 0, false>);
+  // Stochastic rounding where a 16-bit copy is stored (an fp32 checkpoint stores without rounding): the kernel for
+  // any K (its speed is not what such a run measures, and each instantiation costs build time).
+  if constexpr (sizeof(CK) == 2 || !std::is_void<RD>::value) {
+    if (l.step.rounding == Rounding::Stochastic)
+      kernel = inner ? gdn_replay_kernel<A, CK, RD, true, 0, true> : gdn_replay_kernel<A, CK, RD, false, 0, true>;
+  }
   if (bytes > 48 * 1024) {  // above the default dynamic limit; a cheap attribute set, no synchronisation
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   }
@@ -482,7 +512,7 @@ void gdn_replay_step(const GdnReplayLaunch& l, cudaStream_t stream) {
   if (l.flush_arith != Arith::FP32 && l.route != GdnRoute::Inner)
     gdn::bad_launch(what, "flush_arith " + arith_name(l.flush_arith) + " needs route inner (the reconstruct route's "
                           "flush is its fp32 rebuild of S)");
-  gdn::check_step_args(what, l.step);
+  gdn::check_step_args(what, l.step, true);
   if (l.step.batch == 0) return;
   if (l.interval < 1 || l.interval > kGdnMaxInterval)
     gdn::bad_launch(what, "interval must be in 1.." + std::to_string(kGdnMaxInterval) + " (got " +

@@ -38,7 +38,7 @@ void check_rows(const Model& model, Format f, const char* copy) {
 
 class Mamba2CudaDecoder final : public Decoder {
  public:
-  explicit Mamba2CudaDecoder(const Scheme& s) : s_(s) {}
+  Mamba2CudaDecoder(const Scheme& s, uint64_t seed) : s_(s), seed_(seed) {}
   ~Mamba2CudaDecoder() override {
     if (stream_) (void)cudaStreamDestroy(stream_);
   }
@@ -59,6 +59,7 @@ class Mamba2CudaDecoder final : public Decoder {
   void fetch(const DeviceBuffer& d, Format f, std::vector<double>& out) const;
 
   Scheme s_;
+  uint64_t seed_ = 0;  // stochastic rounding's key (numeric/stochastic.h), the run's seed as the CPU decoders take it
   Model model_;
   Mamba2Dims dims_;
   int seqs_ = 0, capacity_ = 0, fill_ = 0;
@@ -70,6 +71,8 @@ class Mamba2CudaDecoder final : public Decoder {
   // in_[i] [n, seqs, elems_i] in act_format and the outputs [n, seqs, H·P] in out_format.
   DeviceBuffer slot_, A_log_, dt_bias_, D_, state_, read_;
   DeviceBuffer ring_x_, ring_B_, ring_dl_, fill_d_, arrive_;
+  DeviceBuffer pos_;                // [n, seqs] each staged step's position (stochastic rounding's step key)
+  std::vector<int64_t> pos_host_;   // its host copy, kept while the copy is in flight
   DeviceBuffer in_[5], y_;
   // Host: bf16 codes of each input while its copy is in flight (one vector per input: none is reused before the
   // stream is waited for), the outputs' codes, and the dequantised state copies state() points into.
@@ -161,6 +164,7 @@ void Mamba2CudaDecoder::stage(const InputChunk& c, int s0, int n) {
     }
   }
   y_.reserve(static_cast<size_t>(n) * seqs_ * model_.out_elems() * y_bytes_);
+  if (s_.rounding == Rounding::Stochastic) stage_positions(pos_, pos_host_, step_, n, seqs_, stream_);
 }
 
 void Mamba2CudaDecoder::launch(int k) {
@@ -186,6 +190,9 @@ void Mamba2CudaDecoder::launch(int k) {
   a.dt_max = static_cast<float>(p.dt_max);
   a.d_y = y_.at(rows * HP * y_bytes_);
   a.y_format = s_.out_format;
+  a.rounding = s_.rounding;
+  a.seed = seed_;
+  a.d_pos = s_.rounding == Rounding::Stochastic ? pos_.as<const int64_t>() + static_cast<size_t>(k) * seqs_ : nullptr;
   if (!s_.replays()) {
     Mamba2EagerLaunch l;
     l.step = a;
@@ -263,7 +270,10 @@ std::string mamba2_cuda_unsupported(const Scheme& s) {
   if (s.out_format != Format::BF16 && s.out_format != Format::FP32)
     return fmt::format("no CUDA kernel stores {} outputs yet (the Mamba-2 kernels write y in fp32 or bf16)",
                        format_name(s.out_format));
-  if (s.rounding == Rounding::Stochastic) return "no CUDA kernel for stochastic rounding yet";
+  // Stochastic rounding is in the eager and replay kernels (the step args' rounding / seed / d_pos) and their GPU
+  // tests, held back from runs until those tests have passed on a device (none was lent when it was written).
+  if (s.rounding == Rounding::Stochastic)
+    return "stochastic rounding on CUDA is written but not yet validated on a GPU (nearest until its GPU tests pass)";
   const Format sf = s.state_format;
   if (!s.replays()) {
     if (!kernel_state_format(sf))
@@ -296,11 +306,11 @@ std::string mamba2_cuda_unsupported(const Scheme& s) {
   return "";
 }
 
-std::unique_ptr<Decoder> make_mamba2_cuda_decoder(const Scheme& s, uint64_t) {
+std::unique_ptr<Decoder> make_mamba2_cuda_decoder(const Scheme& s, uint64_t seed) {
   if (s.backend != Backend::Cuda) throw InternalError("make_mamba2_cuda_decoder(" + s.name() + "): not a cuda scheme");
   const std::string why = mamba2_cuda_unsupported(s);
   if (!why.empty()) throw InternalError("make_mamba2_cuda_decoder(" + s.name() + "): " + why);
-  return std::make_unique<Mamba2CudaDecoder>(s);
+  return std::make_unique<Mamba2CudaDecoder>(s, seed);
 }
 
 }  // namespace rssm

@@ -16,12 +16,12 @@
 namespace rssm {
 
 // Why the Mamba-2 kernels cannot run `scheme` ("" when they can), one line naming the missing kernel, e.g.
-// "no CUDA kernel for stochastic rounding yet". Independent of the device and of the layer's geometry (reset()
+// "no CUDA kernel for an eager fp64 state". Independent of the device and of the layer's geometry (reset()
 // checks the geometry). The backend asks it for Mamba-2 layers only (kernels/cuda_backend.cpp picks by family).
 std::string mamba2_cuda_unsupported(const Scheme& scheme);
 
 // The decoder of a scheme for which mamba2_cuda_unsupported is empty (InternalError otherwise). Its name() is
-// scheme.decoder_name() ("cuda:replay-bf16-K8-..."). The seed is unused until a stochastic-rounding kernel exists.
+// scheme.decoder_name() ("cuda:replay-bf16-K8-..."). The seed keys stochastic rounding (numeric/stochastic.h), as the CPU decoders'.
 std::unique_ptr<Decoder> make_mamba2_cuda_decoder(const Scheme& scheme, uint64_t seed);
 
 }  // namespace rssm

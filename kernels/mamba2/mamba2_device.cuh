@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/state_vec.cuh"    // StateVec, store_narrow4
 #include "common/warp_reduce.cuh"  // row_sum, reduce_scatter
 #include "mamba2/mamba2_kernels.h"
 #include "model/formulas.h"
@@ -65,98 +66,7 @@ __device__ inline void load_chunk(uint4 (&q)[kMaxRows], const T* src, const Tile
     q[u] = u * t.rpp < left ? __ldcs(reinterpret_cast<const uint4*>(r0 + u * kPassElems<T>)) : make_uint4(0, 0, 0, 0);
 }
 
-// A 16-byte vector of state elements: kVec elements of T, loaded as one uint4 and converted to fp32.
-// Stores round to nearest even with the hardware conversion (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32), which equals
-// numeric/bits.h's round_bf16 / round_fp16 on every finite value and infinity (the tests check the stored bits
-// against float_to_bf16_bits); only a NaN's payload may differ (hardware gives 0x7FFF, the contract 0x7FC0).
-template <class T>
-struct StateVec;
-
-template <>
-struct StateVec<float> {
-  static constexpr int kVec = 4;
-  __device__ static void unpack(const uint4 q, float v[kVec]) {
-    v[0] = __uint_as_float(q.x), v[1] = __uint_as_float(q.y), v[2] = __uint_as_float(q.z), v[3] = __uint_as_float(q.w);
-  }
-  __device__ static void load(const float* p, float v[kVec]) {
-    unpack(__ldcs(reinterpret_cast<const uint4*>(p)), v);  // streamed once: evict first
-  }
-  // Stores v, which already is the stored value (fp32: no rounding).
-  __device__ static void store(float* p, float v[kVec]) {
-    __stcs(reinterpret_cast<float4*>(p), make_float4(v[0], v[1], v[2], v[3]));
-  }
-};
-
-template <>
-struct StateVec<__nv_bfloat16> {
-  static constexpr int kVec = 8;
-  __device__ static void load(const __nv_bfloat16* p, float v[kVec]) { unpack(__ldcs(reinterpret_cast<const uint4*>(p)), v); }
-  __device__ static void unpack(const uint4 q, float v[kVec]) {
-    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[2 * i] = __uint_as_float(w[i] << 16);
-      v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-    }
-  }
-  // Rounds v to bf16, stores it, and leaves the rounded values in v (the value every later use must see).
-  __device__ static void store(__nv_bfloat16* p, float v[kVec]) {
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const __nv_bfloat162 b = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-      w[i] = *reinterpret_cast<const uint32_t*>(&b);
-      v[2 * i] = __uint_as_float(w[i] << 16);
-      v[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-    }
-    __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
-  }
-};
-
-template <>
-struct StateVec<__half> {
-  static constexpr int kVec = 8;
-  __device__ static void load(const __half* p, float v[kVec]) { unpack(__ldcs(reinterpret_cast<const uint4*>(p)), v); }
-  __device__ static void unpack(const uint4 q, float v[kVec]) {
-    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[i]));
-      v[2 * i] = f.x;
-      v[2 * i + 1] = f.y;
-    }
-  }
-  __device__ static void store(__half* p, float v[kVec]) {
-    uint32_t w[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
-      w[i] = *reinterpret_cast<const uint32_t*>(&h);
-      const float2 f = __half22float2(h);
-      v[2 * i] = f.x;
-      v[2 * i + 1] = f.y;
-    }
-    __stcs(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
-  }
-};
-
-// Rounds kW fp32 values (kW = 4 or 8) to T and stores them as one vector of kW·sizeof(T) bytes (dual read copies
-// written from the update copy's registers, whose vector is 4 wide). T = bf16 or fp16.
-template <class T>
-__device__ inline void store_narrow4(T* p, const float v[4]) {
-  uint32_t w[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    if constexpr (std::is_same<T, __nv_bfloat16>::value) {
-      const __nv_bfloat162 b = __floats2bfloat162_rn(v[2 * i], v[2 * i + 1]);
-      w[i] = *reinterpret_cast<const uint32_t*>(&b);
-    } else {
-      const __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
-      w[i] = *reinterpret_cast<const uint32_t*>(&h);
-    }
-  }
-  __stcs(reinterpret_cast<uint2*>(p), make_uint2(w[0], w[1]));
-}
+// StateVec (16-byte state vectors, nearest and stochastic stores) and store_narrow4: common/state_vec.cuh.
 
 __device__ inline float to_f32(float v) { return v; }
 __device__ inline float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
@@ -216,7 +126,8 @@ __host__ __device__ inline long long or_default(long long stride, long long cont
 inline int state_vec(Format f) { return f == Format::FP32 ? 4 : 8; }
 
 // Checks of the fields every step shares; `state_vec_elems` is the 16-byte vector width of the streamed state.
-inline void check_step_args(const char* what, const Mamba2StepArgs& a) {
+// sr_ok: the kernel this launch runs implements stochastic rounding (the step args' `rounding`).
+inline void check_step_args(const char* what, const Mamba2StepArgs& a, bool sr_ok = false) {
   const Mamba2Dims& d = a.dims;
   if (d.H <= 0 || d.P <= 0 || d.N <= 0 || d.G <= 0 || d.H % d.G != 0)
     bad_launch(what, "dims H, P, N, G must be positive with H a multiple of G (got H=" + std::to_string(d.H) +
@@ -230,6 +141,12 @@ inline void check_step_args(const char* what, const Mamba2StepArgs& a) {
   if (a.y_format != Format::BF16 && a.y_format != Format::FP32)
     bad_launch(what, "y_format must be bf16 or fp32 (got " + format_name(a.y_format) + ")");
   if (!(a.dt_min >= 0.0f) || !(a.dt_max > a.dt_min)) bad_launch(what, "dt limits need 0 <= dt_min < dt_max");
+  if (a.rounding != Rounding::Nearest && a.rounding != Rounding::Stochastic)
+    bad_launch(what, "rounding must be nearest or stochastic");
+  if (a.rounding == Rounding::Stochastic && !sr_ok)
+    bad_launch(what, "rounding = stochastic is not implemented in this kernel (variant 0 of the eager and replay steps "
+                     "has it)");
+  if (a.rounding == Rounding::Stochastic && !a.d_pos) bad_launch(what, "d_pos must be set for rounding = stochastic");
 }
 
 // The streamed state's vectors: N / vec lanes per row, a power of two dividing 32.

@@ -20,7 +20,8 @@ namespace m2 {
 
 constexpr int kEagerMaxTileRows = 128;  // per-row scalars staged in shared memory; longer tiles loop over stages
 
-template <class S, class A, int R>
+// kSR: stochastic rounding of the stored state (16-bit S only), the words of numeric/stochastic.h at step d_pos[row].
+template <class S, class A, int R, bool kSR>
 __global__ void __launch_bounds__(kThreads) mamba2_eager_kernel(Mamba2StepArgs a, S* __restrict__ state, int ptiles) {
   constexpr int kVec = StateVec<S>::kVec;
   __shared__ float s_x[kEagerMaxTileRows], s_d[kEagerMaxTileRows], s_g[kEagerMaxTileRows];
@@ -33,7 +34,8 @@ __global__ void __launch_bounds__(kThreads) mamba2_eager_kernel(Mamba2StepArgs a
   const TileLayout<S> t(N);
   const int tile_rows = (P + ptiles - 1) / ptiles;
   const int p_begin = tile * tile_rows, p_end = min(P, p_begin + tile_rows);
-  S* head = state + (static_cast<long long>(slot) * H + h) * P * N + t.c * kVec;
+  const long long head_elem = (static_cast<long long>(slot) * H + h) * P * N + t.c * kVec;  // row 0's, this lane
+  S* head = state + head_elem;
   uint4 q[kMaxRows];
   load_chunk<S, R>(q, head, t, p_begin, p_end, N);  // first: nothing below is needed to address the state
 
@@ -47,6 +49,8 @@ __global__ void __launch_bounds__(kThreads) mamba2_eager_kernel(Mamba2StepArgs a
                      : nullptr;
   const long long ys = or_default(a.y_stride, static_cast<long long>(H) * P);
   const bool y_bf16 = a.y_format == Format::BF16;
+  SrKey key;
+  if constexpr (kSR) key = SrKey{a.seed, RandomStream::EagerState, static_cast<long long>(a.d_pos[row])};
 
   const float delta = delta_of(to_f32(dtp[h]), a.d_dt_bias[h], a.dt_min, a.dt_max);
   const float decay = expf(-expf(a.d_A_log[h]) * delta);
@@ -82,7 +86,15 @@ __global__ void __launch_bounds__(kThreads) mamba2_eager_kernel(Mamba2StepArgs a
         const float dx = delta * s_x[pl];
 #pragma unroll
         for (int k = 0; k < kVec; ++k) s[k] = fmaf(decay, s[k], dx * Bv[k]);
-        if (p < s1) StateVec<S>::store(head + static_cast<long long>(p) * N, s);  // s now holds stored values
+        if (p < s1) {  // s now holds stored values
+          if constexpr (kSR) {
+            uint32_t r[kVec];
+            random_words<kVec>(key, head_elem + static_cast<long long>(p) * N, r);
+            StateVec<S>::store_sr(head + static_cast<long long>(p) * N, s, r);
+          } else {
+            StateVec<S>::store(head + static_cast<long long>(p) * N, s);
+          }
+        }
         acc[u] = 0.0f;
 #pragma unroll
         for (int k = 0; k < kVec; ++k) acc[u] = fmaf(s[k], Cv[k], acc[u]);
@@ -113,7 +125,12 @@ void launch_eager(const Mamba2EagerLaunch& l, int ptiles, cudaStream_t stream) {
   // 590 / 336 us, 4 (2) 600 / 347 us. Split tiles (small batch) are one pass of rows: one row a thread keeps the
   // registers, hence the CTAs resident at once, at their most; the launch is latency-bound there (batch 1: 8.5 us,
   // against 16.5 us with 8 rows a thread).
-  auto kernel = ptiles > 1 ? mamba2_eager_kernel<S, A, 1> : mamba2_eager_kernel<S, A, kFull / 2>;
+  auto kernel = ptiles > 1 ? mamba2_eager_kernel<S, A, 1, false> : mamba2_eager_kernel<S, A, kFull / 2, false>;
+  // Stochastic rounding: 16-bit states only (an fp32 state stores without rounding), one row a thread at every batch
+  // (the shape the GPU tests run; its speed is not what such a run measures).
+  if constexpr (sizeof(S) == 2) {
+    if (l.step.rounding == Rounding::Stochastic) kernel = mamba2_eager_kernel<S, A, 1, true>;
+  }
   kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(l.step, static_cast<S*>(l.d_state), ptiles);
   CUDA_CHECK_LAUNCH(stream);
 }
@@ -140,7 +157,7 @@ int mamba2_p_tiles(const Mamba2Dims& dims, int batch, Format state_format) {
 
 void mamba2_eager_step(const Mamba2EagerLaunch& l, cudaStream_t stream) {
   const char* what = "mamba2_eager_step";
-  m2::check_step_args(what, l.step);
+  m2::check_step_args(what, l.step, l.variant == 0);
   if (l.step.batch == 0) return;
   if (l.state_format != Format::FP32 && l.state_format != Format::BF16 && l.state_format != Format::FP16)
     m2::bad_launch(what, "state_format must be fp32, bf16 or fp16 (got " + format_name(l.state_format) + ")");

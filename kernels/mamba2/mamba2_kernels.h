@@ -52,7 +52,16 @@ struct Mamba2StepArgs {
   // Output y [batch, H, P] in y_format (FP32 or BF16), rows y_stride elements apart (0 = H·P).
   void* d_y = nullptr;
   Format y_format = Format::FP32;
-  long long y_stride = 0;
+  long long y_stride = 0;  // Rounding of what the step stores in a 16-bit format (eager state; replay checkpoint and dual read copy at a
+  // flush): nearest even, or stochastic with the words of numeric/stochastic.h (docs/fp_contract.md) keyed by `seed`,
+  // the copy's stream and a step taken from d_pos [batch], the tokens each row decoded before this one (the CPU
+  // decoders' step counter): an eager state draws at step d_pos, a flush at d_pos + 1 (the tokens then folded into
+  // the checkpoint). A value's element index is slot · state_elems + its index within the slot. Stochastic rounding
+  // runs in variant 0 of mamba2_eager_step and mamba2_replay_step (not the grouped, pipelined or verify kernels);
+  // d_pos is read only then.
+  Rounding rounding = Rounding::Nearest;
+  uint64_t seed = 0;
+  const int64_t* d_pos = nullptr;
 };
 
 // Eager: the state pool [pool, H, P, N] in state_format (FP32, BF16 or FP16), updated in place.

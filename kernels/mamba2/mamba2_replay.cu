@@ -74,6 +74,8 @@ struct ReplaySmem {
 struct TileCtx {
   int P, N, h, row, p_begin, p_end, nfold, E4;  // nfold: the flush's terms (entries · F)
   long long ys;
+  long long elem0;       // the element index (stochastic rounding) of row 0 of the head at the thread's lane
+  SrKey sr_ck, sr_read;  // stochastic rounding of the flush's stores: checkpoint (update copy), dual read copy
   float decay;
   bool y_bf16, gated;
 };
@@ -127,7 +129,8 @@ __device__ void stream_read(const Mamba2StepArgs& a, const TileCtx& t, const T* 
 // Flush: the tile of the checkpoint (update copy; first chunk in q): output from it, fold the ring in, write it back
 // (and the dual read copy, rounded from the same registers). T: checkpoint type; R: read-copy type or void.
 // The fold runs over the staged terms in entry order from the decayed checkpoint, as the emulation's flush_head.
-template <class T, class RDT, int R, int kLanes>
+// kSR: both stores round stochastically (t.sr_ck, t.sr_read; row p's vector starts at element t.elem0 + p·N).
+template <class T, class RDT, int R, int kLanes, bool kSR>
 __device__ void stream_flush(const Mamba2StepArgs& a, const TileCtx& t, T* ck, RDT* rd, const float* smem,
                              const ReplaySmem& L) {
   const TileLayout<T> lay(t.N);
@@ -180,10 +183,22 @@ __device__ void stream_flush(const Mamba2StepArgs& a, const TileCtx& t, T* ck, R
 #pragma unroll
     for (int u = 0; u < R; ++u) {
       if (p0 + u * lay.rpp + lay.rsub < t.p_end) {
-        StateVec<T>::store(c0 + u * kPassElems<T>, s[u]);
+        if constexpr (kSR && sizeof(T) == 2) {
+          uint32_t r[kVec];
+          random_words<kVec>(t.sr_ck, t.elem0 + static_cast<long long>(p0 + lay.rsub) * t.N + u * kPassElems<T>, r);
+          StateVec<T>::store_sr(c0 + u * kPassElems<T>, s[u], r);
+        } else {
+          StateVec<T>::store(c0 + u * kPassElems<T>, s[u]);
+        }
         if constexpr (!std::is_void<RDT>::value) {
           static_assert(kVec == 4, "dual read copies are written from an fp32 update copy");
-          store_narrow4(chunk_row0(rd, lay, p0, t.N) + u * kPassElems<T>, s[u]);
+          if constexpr (kSR) {
+            uint32_t r[4];
+            random_words<4>(t.sr_read, t.elem0 + static_cast<long long>(p0 + lay.rsub) * t.N + u * kPassElems<T>, r);
+            store_narrow4_sr(chunk_row0(rd, lay, p0, t.N) + u * kPassElems<T>, s[u], r);
+          } else {
+            store_narrow4(chunk_row0(rd, lay, p0, t.N) + u * kPassElems<T>, s[u]);
+          }
         }
       }
     }
@@ -198,8 +213,9 @@ __device__ void stream_flush(const Mamba2StepArgs& a, const TileCtx& t, T* ck, R
 constexpr int kReplayMinBlocks = 8;
 template <class T> constexpr int kChunkRows = TileLayout<T>::kRows / 4;
 
-// kN: kPresetN or 0 (N at run time, mamba2_device.cuh).
-template <class A, class CK, class RD, int kN>
+// kN: kPresetN or 0 (N at run time, mamba2_device.cuh). kSR: the flush's stores round stochastically (a 16-bit
+// checkpoint or read copy), at step d_pos[row] + 1.
+template <class A, class CK, class RD, int kN, bool kSR>
 __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kernel(Mamba2ReplayLaunch l, int ptiles) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
@@ -381,6 +397,12 @@ __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kern
   TileCtx t;
   t.P = P, t.N = N, t.h = h, t.row = row, t.p_begin = p_begin, t.p_end = p_end, t.nfold = nent * F, t.E4 = E4;
   t.ys = or_default(a.y_stride, static_cast<long long>(H) * P);
+  if constexpr (kSR) {
+    t.elem0 = head_off + TileLayout<CK>(N).c * TileLayout<CK>::kVec;
+    const long long folded = static_cast<long long>(a.d_pos[row]) + 1;  // tokens in the checkpoint after the flush
+    t.sr_ck = SrKey{a.seed, RandomStream::CheckpointUpdate, folded};
+    t.sr_read = SrKey{a.seed, RandomStream::CheckpointRead, folded};
+  }
   t.decay = expf(lam_t);
   t.y_bf16 = a.y_format == Format::BF16;
   t.gated = z != nullptr;
@@ -388,9 +410,9 @@ __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kern
     stream_read<Src, RS, kLanes<Src, kN>>(a, t, src, smem, L);
   } else if constexpr (kDual) {
     RD* rd = static_cast<RD*>(l.d_read) + head_off + TileLayout<CK>(N).c * TileLayout<CK>::kVec;
-    stream_flush<CK, RD, RC, kLanes<CK, kN>>(a, t, ck, rd, smem, L);
+    stream_flush<CK, RD, RC, kLanes<CK, kN>, kSR>(a, t, ck, rd, smem, L);
   } else {
-    stream_flush<CK, void, RC, kLanes<CK, kN>>(a, t, ck, nullptr, smem, L);
+    stream_flush<CK, void, RC, kLanes<CK, kN>, kSR>(a, t, ck, nullptr, smem, L);
   }
 
   if (tid == 0 && arrived == per_row - 1) {  // the last CTA of the row: advance the cursor for the next launch
@@ -409,7 +431,13 @@ void launch_replay(const Mamba2ReplayLaunch& l, int ptiles, cudaStream_t stream)
   if (bytes > 227 * 1024)
     bad_launch("mamba2_replay_step", "needs " + std::to_string(bytes) + " bytes of shared memory (over 227 KiB): lower "
                "the interval, or a flush_arith other than 3xtf32 (three staged terms per entry)");
-  auto kernel = l.step.dims.N == kPresetN ? mamba2_replay_kernel<A, CK, RD, kPresetN> : mamba2_replay_kernel<A, CK, RD, 0>;
+  auto kernel = l.step.dims.N == kPresetN ? mamba2_replay_kernel<A, CK, RD, kPresetN, false>
+                                          : mamba2_replay_kernel<A, CK, RD, 0, false>;
+  // Stochastic rounding where a 16-bit copy is stored (an fp32 checkpoint stores without rounding): the kernel for
+  // any N (its speed is not what such a run measures, and each instantiation costs build time).
+  if constexpr (sizeof(CK) == 2 || !std::is_void<RD>::value) {
+    if (l.step.rounding == Rounding::Stochastic) kernel = mamba2_replay_kernel<A, CK, RD, 0, true>;
+  }
   if (bytes > 48 * 1024) {  // above the default dynamic limit; a cheap attribute set, no synchronisation
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   }
@@ -437,7 +465,7 @@ void dispatch_state(const Mamba2ReplayLaunch& l, int ptiles, cudaStream_t stream
 
 void mamba2_replay_step(const Mamba2ReplayLaunch& l, cudaStream_t stream) {
   const char* what = "mamba2_replay_step";
-  m2::check_step_args(what, l.step);
+  m2::check_step_args(what, l.step, l.variant == 0);
   if (l.step.batch == 0) return;
   if (l.interval < 1 || l.interval > kMamba2MaxInterval)
     m2::bad_launch(what, "interval must be in 1.." + std::to_string(kMamba2MaxInterval) + " (got " +

@@ -15,6 +15,7 @@
 #include "common/cuda_check.h"
 #include "numeric/bits.h"
 #include "numeric/format.h"
+#include "numeric/stochastic.h"
 
 namespace rssm::gpu_test {
 
@@ -55,6 +56,13 @@ struct DevBuf {
 inline size_t width(Format f) { return f == Format::FP32 ? 4 : 2; }
 inline float round_to(Format f, float v) {
   return f == Format::BF16 ? round_bf16(v) : f == Format::FP16 ? round_fp16(v) : v;
+}
+// The value a stochastic-rounding store in format f keeps, with the words of numeric/stochastic.h at (seed, stream,
+// step, element): what a kernel launched with rounding = stochastic stores (fp32: the value itself).
+inline float round_sr(Format f, float v, uint64_t seed, RandomStream stream, long long step, long long element) {
+  if (f == Format::FP32) return v;
+  const uint32_t r = state_random_bits(seed, stream, step, element);
+  return f == Format::BF16 ? round_bf16_sr(v, r) : round_fp16_sr(v, r);
 }
 // Values as the raw bytes of format f, and back (element i of raw bytes b; a whole buffer).
 inline std::vector<uint8_t> encode(Format f, const std::vector<float>& v) {

@@ -61,6 +61,7 @@ struct Case {
   Format ofmt = Format::FP32;
   int interval = 1;
   Arith flush = Arith::FP32;  // the inner flush's arithmetic (GdnReplayLaunch::flush_arith)
+  bool sr = false;            // stochastic rounding of the stored state (GdnStepArgs::rounding)
   std::string name() const {
     const char* k = kind == Kind::Eager ? "eager" : kind == Kind::Replay ? "replay" : "dual";
     std::string s = fmt::format("{} {}", geo, k);
@@ -70,6 +71,7 @@ struct Case {
     s += " act=" + format_name(act);
     if (ofmt != Format::FP32) s += " o=" + format_name(ofmt);
     if (flush != Arith::FP32) s += " flush=" + arith_name(flush);
+    if (sr) s += " sr";
     return s;
   }
 };
@@ -79,6 +81,8 @@ struct EmuSlot {
   std::vector<float> ck, rd;      // stored values: checkpoint / eager state, dual read copy  [HV, V, K]
   std::vector<float> ru, rk, rG;  // ring [cap, HV, V], [cap, HK, K], [cap, HV]
   int fill = 0;
+  long long pos = 0;        // tokens this slot has decoded (stochastic rounding's step key)
+  long long flush_pos = 0;  // the step key of the last flush
   std::vector<double> ref;           // fp64 reference state [HV, V, K]
   std::vector<double> ref_at_flush;  // the reference state when the checkpoint was last written
 };
@@ -98,6 +102,11 @@ void run_case(const Case& c, uint64_t seed) {
   const bool inner = c.route == GdnRoute::Inner;
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
+  const uint64_t sr_seed = seed ^ 0x9E3779B97F4A7C15ull;
+  // A stored value: nearest, or stochastic at (stream, step, element) of the slot's copy.
+  const auto store_val = [&](Format f, float x, RandomStream stream, long long step, long long element) {
+    return c.sr ? round_sr(f, x, sr_seed, stream, step, element) : round_to(f, x);
+  };
   std::uniform_real_distribution<float> uni(0.0f, 1.0f);
 
   // Rows and slots: row r uses slot (2r + 1) mod pool; the last row is always padded; rows start at staggered steps
@@ -167,6 +176,7 @@ void run_case(const Case& c, uint64_t seed) {
   DevBuf<uint16_t> dru(pool * cap * OUT), drk(pool * cap * QK);
   DevBuf<float> drG(pool * cap * HV);
   DevBuf<int32_t> dfill(pool), darr(pool), dslot(rows);
+  DevBuf<int64_t> dpos(rows);
   dru.put(std::vector<uint16_t>(dru.n, 0x7FC0));
   drk.put(std::vector<uint16_t>(drk.n, 0x7FC0));
   drG.put(std::vector<float>(drG.n, NAN));
@@ -188,6 +198,7 @@ void run_case(const Case& c, uint64_t seed) {
   a.d_q = dq.p, a.d_k = dk.p, a.d_v = dv.p, a.d_a = da.p, a.d_b = db.p;
   a.d_A_log = dA.p, a.d_dt_bias = dBias.p, a.eps = eps;
   a.d_o = dout.p, a.o_format = c.ofmt;
+  if (c.sr) a.rounding = Rounding::Stochastic, a.seed = sr_seed, a.d_pos = dpos.p;
   GdnEagerLaunch le;
   GdnReplayLaunch lr;
   if (eager) {
@@ -228,6 +239,10 @@ void run_case(const Case& c, uint64_t seed) {
     for (int rr = 0; rr < rows; ++rr)
       slots[rr] = (step < start[rr] || (rr == skip_row && step == skip_step)) ? -1 : slot_of[rr];
     dslot.put(slots);
+    std::vector<int64_t> pos(rows, -1);
+    for (int rr = 0; rr < rows; ++rr)
+      if (slots[rr] >= 0) pos[rr] = emu[slots[rr]].pos;
+    dpos.put(pos);
     CUDA_CHECK(cudaMemset(dout.p, 0xFF, dout.n));  // NaN in fp32 and bf16
     if (eager)
       gdn_eager_step(le, nullptr);
@@ -292,7 +307,9 @@ void run_case(const Case& c, uint64_t seed) {
             float* S = &e.ck[(static_cast<size_t>(h) * V + i) * K];
             const float kv = dotf(S, kh, K);
             const float u = beta * (vr[h * V + i] - alpha * kv);
-            for (int n = 0; n < K; ++n) S[n] = round_to(sf, alpha * S[n] + u * kh[n]);
+            for (int n = 0; n < K; ++n)
+              S[n] = store_val(sf, alpha * S[n] + u * kh[n], RandomStream::EagerState, e.pos,
+                               static_cast<long long>(s) * SE + (static_cast<long long>(h) * V + i) * K + n);
             oemu[h * V + i] = round_to(c.ofmt, dotf(S, qh, K));
           }
           continue;
@@ -343,8 +360,9 @@ void run_case(const Case& c, uint64_t seed) {
         if (flush) {
           for (size_t x = 0; x < newrows.size(); ++x) {
             const size_t at = static_cast<size_t>(h) * V * K + x;
-            e.ck[at] = round_to(sf, newrows[x]);
-            if (dual) e.rd[at] = round_to(c.read, e.ck[at]);
+            const long long el = static_cast<long long>(s) * SE + at;
+            e.ck[at] = store_val(sf, newrows[x], RandomStream::CheckpointUpdate, e.pos + 1, el);
+            if (dual) e.rd[at] = store_val(c.read, e.ck[at], RandomStream::CheckpointRead, e.pos + 1, el);
           }
         } else {
           e.rG[j * HV + h] = G_t;
@@ -353,9 +371,10 @@ void run_case(const Case& c, uint64_t seed) {
       }
       if (!eager) {
         e.fill = flush ? 0 : j + 1;
-        if (flush) e.ref_at_flush = e.ref;
+        if (flush) e.ref_at_flush = e.ref, e.flush_pos = e.pos + 1;
         fill_mismatch += fills[s] != e.fill;
       }
+      ++e.pos;
       step_ker += rel_rms(oker.data(), oref.data(), OUT);
       step_emu += rel_rms(oemu.data(), oref.data(), OUT);
       diff_max = max_nan(diff_max, rel_rms(oker.data(), oemu.data(), OUT));
@@ -400,7 +419,8 @@ void run_case(const Case& c, uint64_t seed) {
         uint16_t u;
         std::memcpy(&u, &rd_now[(s * SE + i) * 2], 2);
         const float upd = ck_now[s * SE + i];
-        read_copy_bad += u != (c.read == Format::BF16 ? float_to_bf16_bits(upd) : float_to_fp16_bits(upd));
+        const float want = store_val(c.read, upd, RandomStream::CheckpointRead, e.flush_pos, static_cast<long long>(s * SE + i));
+        read_copy_bad += u != (c.read == Format::BF16 ? float_to_bf16_bits(want) : float_to_fp16_bits(want));
       }
     }
     if (!eager && e.fill > 0) {  // live entries 0 .. fill-1
@@ -540,6 +560,27 @@ TEST_CASE("gdn cuda replay and dual: flush arithmetic tf32, 3xtf32, bf16 operand
         run_case(c, seed_for(c));
       }
     }
+}
+
+TEST_CASE("gdn cuda: stochastic rounding of the eager state, the checkpoint and the read copy, both routes",
+          "[gpu][gdn][sr]") {
+  if (!have_device()) return;
+  for (auto [geo, dims] : {std::pair{"small", small()}, std::pair{"qwen35-4b", qwen4b()}}) {
+    for (Format s : {Format::BF16, Format::FP16}) {
+      Case c;
+      c.geo = geo, c.dims = dims, c.kind = Kind::Eager, c.state = s, c.sr = true;
+      run_case(c, seed_for(c));
+      for (GdnRoute route : {GdnRoute::Inner, GdnRoute::Reconstruct})
+        for (int K : {1, 4, 16}) {
+          Case r;
+          r.geo = geo, r.dims = dims, r.kind = Kind::Replay, r.route = route, r.state = s, r.interval = K, r.sr = true;
+          run_case(r, seed_for(r));
+          Case d = r;
+          d.kind = Kind::Dual, d.state = Format::FP32, d.read = s;
+          run_case(d, seed_for(d));
+        }
+    }
+  }
 }
 
 TEST_CASE("gdn cuda launchers reject bad launch structs with a message naming the field", "[gpu][gdn]") {

@@ -19,6 +19,10 @@
 // A flush arithmetic other than fp32 (tf32 / bf16 operands) is judged against its own emulation only: its error against
 // fp64 is the arithmetic's, above the fp32 budget (the 2x criterion and the bounds below still hold; 3xtf32 keeps
 // every fp32 bound).
+// Stochastic rounding (`sr`) stores with the words of numeric/stochastic.h at each row's own position (rows start late
+// and sit out steps, so positions differ within a launch); besides the bounds above, the stored codes of the final
+// state / checkpoint must equal the emulation's but for the few an fp32 ulp moved across a rounding decision (a key
+// off by one step or element would change about a third of them).
 // Rows sit at different ring fills in one launch (staggered starts), one row sits out a step mid-run, one row is
 // always padded, slots are a permutation of rows, and the ring starts NaN-poisoned (a stale entry read shows).
 #include <catch2/catch.hpp>
@@ -62,6 +66,7 @@ struct Case {
   int heads_per_cta = 0;  // variant 1: 0 = the launcher's choice
   int p_tiles = 0;        // variant 1: 0 = the launcher's choice
   Arith flush = Arith::FP32;  // the flush's arithmetic (Mamba2ReplayLaunch::flush_arith)
+  bool sr = false;            // stochastic rounding of the stored state (Mamba2StepArgs::rounding)
   std::string name() const {
     const char* k = kind == Kind::Eager ? "eager" : kind == Kind::Replay ? "replay" : "dual";
     std::string s = fmt::format("{} {} state={}", geo, k, format_name(state));
@@ -77,6 +82,7 @@ struct Case {
                              : " grouped(auto)";
     if ((variant == 2 && kind != Kind::Eager) || (variant == 1 && kind == Kind::Eager)) s += " pipelined";
     if (flush != Arith::FP32) s += " flush=" + arith_name(flush);
+    if (sr) s += " sr";
     return s;
   }
 };
@@ -86,6 +92,8 @@ struct EmuSlot {
   std::vector<float> ck, rd;              // stored values: checkpoint / eager state, dual read copy  [H, P, N]
   std::vector<float> rx, rB, rD, rL;      // ring [cap, H, P], [cap, G, N], [cap, H], [cap, H]
   int fill = 0;
+  long long pos = 0;        // tokens this slot has decoded (stochastic rounding's step key)
+  long long flush_pos = 0;  // the step key of the last flush
   std::vector<double> ref;                // fp64 reference state [H, P, N]
   std::vector<double> ref_at_flush;       // the reference state when the checkpoint was last written
 };
@@ -98,6 +106,11 @@ void run_case(const Case& c, uint64_t seed) {
   const size_t HPN = static_cast<size_t>(H) * P * N, HP = static_cast<size_t>(H) * P, GN = static_cast<size_t>(G) * N;
   const bool eager = c.kind == Kind::Eager, dual = c.kind == Kind::Dual;
   std::mt19937_64 rng(seed);
+  const uint64_t sr_seed = seed ^ 0x9E3779B97F4A7C15ull;
+  // A stored value: nearest, or stochastic at (stream, step, element) of the slot's copy.
+  const auto store_val = [&](Format f, float v, RandomStream stream, long long step, long long element) {
+    return c.sr ? round_sr(f, v, sr_seed, stream, step, element) : round_to(f, v);
+  };
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> uni(0.0f, 1.0f);
 
@@ -169,6 +182,7 @@ void run_case(const Case& c, uint64_t seed) {
   DevBuf<uint16_t> drx(pool * cap * HP), drB(pool * cap * GN);
   DevBuf<float> ddl(pool * cap * H * 2);
   DevBuf<int32_t> dfill(pool), darr(pool), dslot(rows);
+  DevBuf<int64_t> dpos(rows);
   drx.put(std::vector<uint16_t>(drx.n, 0x7FC0));
   drB.put(std::vector<uint16_t>(drB.n, 0x7FC0));
   ddl.put(std::vector<float>(ddl.n, NAN));
@@ -202,6 +216,7 @@ void run_case(const Case& c, uint64_t seed) {
   a.d_A_log = dA.p, a.d_dt_bias = dB_.p, a.d_D = dD.p, a.d_per_dim = c.d_per_dim;
   a.dt_min = static_cast<float>(prm.dt_min), a.dt_max = static_cast<float>(prm.dt_max);
   a.d_y = dy.p, a.y_format = c.yfmt;
+  if (c.sr) a.rounding = Rounding::Stochastic, a.seed = sr_seed, a.d_pos = dpos.p;
   Mamba2EagerLaunch le;
   Mamba2ReplayLaunch lr;
   if (eager) {
@@ -240,6 +255,10 @@ void run_case(const Case& c, uint64_t seed) {
     for (int r = 0; r < rows; ++r)
       slots[r] = (step < start[r] || (r == skip_row && step == skip_step)) ? -1 : slot_of[r];
     dslot.put(slots);
+    std::vector<int64_t> pos(rows, -1);
+    for (int r = 0; r < rows; ++r)
+      if (slots[r] >= 0) pos[r] = emu[slots[r]].pos;
+    dpos.put(pos);
     CUDA_CHECK(cudaMemset(dy.p, 0xFF, dy.n));  // NaN in fp32 and bf16
     if (eager)
       mamba2_eager_step(le, nullptr);
@@ -295,7 +314,8 @@ void run_case(const Case& c, uint64_t seed) {
             float* S = &e.ck[(h * P + p) * N];
             float acc = 0;
             for (int n = 0; n < N; ++n) {
-              S[n] = round_to(sf, dec * S[n] + delta * xr[h * P + p] * B[n]);
+              S[n] = store_val(sf, dec * S[n] + delta * xr[h * P + p] * B[n], RandomStream::EagerState, e.pos,
+                               static_cast<long long>(s) * HPN + (h * P + p) * N + n);
               acc += S[n] * C[n];
             }
             const float dd = c.d_per_dim ? Dv[h * P + p] : Dv[h];
@@ -339,8 +359,9 @@ void run_case(const Case& c, uint64_t seed) {
                 const float bq = q < j ? e.rB[q * GN + g * N + n] : B[n];
                 v = arith_mac(c.flush, v, wf[q] * xq, bq);
               }
-              e.ck[i] = round_to(sf, v);
-              if (dual) e.rd[i] = round_to(c.read, e.ck[i]);
+              const long long el = static_cast<long long>(s) * HPN + i;
+              e.ck[i] = store_val(sf, v, RandomStream::CheckpointUpdate, e.pos + 1, el);
+              if (dual) e.rd[i] = store_val(c.read, e.ck[i], RandomStream::CheckpointRead, e.pos + 1, el);
             }
         } else {
           for (int p = 0; p < P; ++p) e.rx[j * HP + h * P + p] = xr[h * P + p];
@@ -351,9 +372,10 @@ void run_case(const Case& c, uint64_t seed) {
       }
       if (!eager) {
         e.fill = flush ? 0 : j + 1;
-        if (flush) e.ref_at_flush = e.ref;
+        if (flush) e.ref_at_flush = e.ref, e.flush_pos = e.pos + 1;
         fill_mismatch += fills[s] != e.fill;
       }
+      ++e.pos;
       const double ek = rel_rms(yker.data(), yref.data(), HP), ee = rel_rms(yemu.data(), yref.data(), HP);
       step_ker += ek, step_emu += ee;
       diff_max = max_nan(diff_max, rel_rms(yker.data(), yemu.data(), HP));
@@ -370,6 +392,7 @@ void run_case(const Case& c, uint64_t seed) {
   const std::vector<float> ck_now = decode(sf, dck.get());
   const std::vector<uint8_t> ck_now_bytes = dck.get();
   double st_ref = 0, st_emu = 0, st_emu_ref = 0;
+  long long code_mismatch = 0, codes = 0;  // stored values of the final state / checkpoint unlike the emulation's
   long long untouched_bad = 0, read_copy_bad = 0, ring_bad = 0;
   std::vector<double> a64(HPN), b64(HPN), r64(HPN);
   const std::vector<uint8_t> rd_now = dual ? drd->get() : std::vector<uint8_t>();
@@ -394,12 +417,14 @@ void run_case(const Case& c, uint64_t seed) {
     st_ref = max_nan(st_ref, rel_rms(a64.data(), r64.data(), HPN));
     st_emu = max_nan(st_emu, rel_rms(a64.data(), b64.data(), HPN));
     st_emu_ref = max_nan(st_emu_ref, rel_rms(b64.data(), r64.data(), HPN));
+    for (size_t i = 0; i < HPN; ++i) code_mismatch += ck_now[s * HPN + i] != e.ck[i], codes += 1;
     if (dual) {
       for (size_t i = 0; i < HPN; ++i) {
         uint16_t u;
         std::memcpy(&u, &rd_now[(s * HPN + i) * 2], 2);
         const float upd = ck_now[s * HPN + i];
-        read_copy_bad += u != (c.read == Format::BF16 ? float_to_bf16_bits(upd) : float_to_fp16_bits(upd));
+        const float want = store_val(c.read, upd, RandomStream::CheckpointRead, e.flush_pos, static_cast<long long>(s * HPN + i));
+        read_copy_bad += u != (c.read == Format::BF16 ? float_to_bf16_bits(want) : float_to_fp16_bits(want));
       }
     }
     if (!eager) {  // live ring entries: the bf16 codes of the inputs, exactly
@@ -419,7 +444,7 @@ void run_case(const Case& c, uint64_t seed) {
              c.name(), ker_mean, emu_mean, 100.0 * ker_mean / tol.rel_mean, ker_max, diff_max, st_ref, st_emu);
   INFO(c.name() << ": kernel error mean " << ker_mean << " max " << ker_max << ", emulation mean " << emu_mean
                 << ", max difference to the emulation " << diff_max << ", state vs fp64 " << st_ref << " vs emulation "
-                << st_emu);
+                << st_emu << ", stored codes unlike the emulation's " << code_mismatch << " of " << codes);
   CHECK(unwritten == 0);
   CHECK(padded_touched == 0);
   CHECK(untouched_bad == 0);
@@ -433,6 +458,9 @@ void run_case(const Case& c, uint64_t seed) {
   }
   CHECK(ker_mean <= 2.0 * emu_mean + 1e-6);
   CHECK(diff_max <= diff_bound);
+  // Stochastic rounding draws the emulation's words: the stored codes agree but where an fp32 ulp of difference moved
+  // a value across a rounding decision (about steps · 2^-13 per element in fp16, far less in bf16).
+  if (c.sr && sf != Format::FP32) CHECK(static_cast<double>(code_mismatch) <= 0.02 * static_cast<double>(codes));
   CHECK(st_emu <= std::max(sf == Format::FP32 ? 2e-5 : output_tolerance(sf).rel_max, 4.0 * flush_u));
   // The state bound: the checkpoint's own rounding (bf16: 2^-9 per element) plus the fp32 error of the steps; with
   // tf32 / bf16 flush operands, 2x the emulation's own state error (+1e-6).
@@ -553,6 +581,25 @@ TEST_CASE("mamba2 cuda replay and dual: flush arithmetic tf32, 3xtf32, bf16 oper
     }
 }
 
+TEST_CASE("mamba2 cuda: stochastic rounding of the eager state, the checkpoint and the read copy", "[gpu][mamba2][sr]") {
+  if (!have_device()) return;
+  for (auto [geo, dims] : {std::pair{"small", small()}, std::pair{"super-120b", super120b()}}) {
+    for (Format s : {Format::BF16, Format::FP16}) {
+      Case c;
+      c.geo = geo, c.dims = dims, c.kind = Kind::Eager, c.state = s, c.sr = true, c.has_z = true;
+      run_case(c, seed_for(c));
+      for (int K : {1, 4, 16}) {
+        Case r;
+        r.geo = geo, r.dims = dims, r.kind = Kind::Replay, r.state = s, r.interval = K, r.sr = true;
+        run_case(r, seed_for(r));
+        Case d;
+        d.geo = geo, d.dims = dims, d.kind = Kind::Dual, d.read = s, d.interval = K, d.sr = true;
+        run_case(d, seed_for(d));
+      }
+    }
+  }
+}
+
 TEST_CASE("mamba2 cuda launchers reject bad launch structs with a message naming the field", "[gpu][mamba2]") {
   if (!have_device()) return;
   Mamba2ReplayLaunch l;
@@ -578,6 +625,10 @@ TEST_CASE("mamba2 cuda launchers reject bad launch structs with a message naming
     CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("flush_arith tf32"));
     g.variant = 0, g.flush_arith = Arith::FP64;
     CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("flush_arith"));
+    g.flush_arith = Arith::FP32, g.step.rounding = Rounding::Stochastic;  // stochastic rounding needs positions
+    CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("d_pos"));
+    g.step.d_pos = reinterpret_cast<const int64_t*>(slot), g.variant = 1;  // and variant 0
+    CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("stochastic"));
     cudaFree(slot);
   }
   Mamba2EagerLaunch e;
