@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cpu/checkpoint.h"
+#include "cpu/eager.h"
 #include "cpu/replay.h"
 #include "numeric/arith.h"
 #include "numeric/bits.h"
@@ -248,4 +249,48 @@ TEST_CASE("contract: the flush's staged operands, folded with fma, equal the emu
     fp32_differ += fold(Arith::FP32, acc, x, y) != acc + prod;
   }
   CHECK(fp32_differ > 0);
+}
+
+TEST_CASE("contract: an eager state's stochastic rounding draws at the tokens decoded before the step", "[contract]") {
+  // An fp32 and a bf16-stochastic eager decoder from the same zero state: the first step computes the same fp32
+  // values in both, and the bf16 state must hold round_stochastic(bf16, value, bits(seed, EagerState, step 0,
+  // element)): the eager key is the step counter before the step (a CUDA eager kernel takes it from d_pos).
+  for (Family f : {Family::Mamba2, Family::GDN}) {
+    INFO(family_name(f));
+    SynthConfig sc;
+    sc.model.family = f;
+    if (f == Family::Mamba2) {
+      sc.model.mamba2.H = 4, sc.model.mamba2.P = 8, sc.model.mamba2.N = 16, sc.model.mamba2.G = 2;
+    } else {
+      sc.model.gdn.HK = 2, sc.model.gdn.HV = 4, sc.model.gdn.K = 16, sc.model.gdn.V = 8;
+    }
+    const int seqs = 2;
+    sc.steps = 1;
+    sc.seqs = seqs;
+    sc.seed = 6;
+    SynthSource src(sc);
+    EagerDecoder d32(Format::FP32), dsr(Format::BF16, Rounding::Stochastic, kSeed);
+    InputChunk chunk;
+    src.read(0, 1, chunk);
+    std::vector<double> y(static_cast<size_t>(seqs) * src.model().out_elems());
+    for (EagerDecoder* d : {&d32, &dsr}) {
+      d->reset(src.model(), seqs);
+      d->advance(chunk, 0, 1, y.data());
+    }
+    const StateCopy s32 = d32.state().at(0), ssr = dsr.state().at(0);
+    REQUIRE(s32.size == ssr.size);
+    long long mismatched = 0, wrong_step = 0, inexact = 0;
+    for (size_t i = 0; i < s32.size; ++i) {
+      const float x = static_cast<float>(s32.data[i]);
+      const auto e = static_cast<long long>(i);
+      mismatched += round_stochastic(Format::BF16, x, state_random_bits(kSeed, RandomStream::EagerState, 0, e)) !=
+                    static_cast<float>(ssr.data[i]);
+      wrong_step += round_stochastic(Format::BF16, x, state_random_bits(kSeed, RandomStream::EagerState, 1, e)) !=
+                    static_cast<float>(ssr.data[i]);
+      inexact += round_nearest(Format::BF16, x) != x;
+    }
+    CHECK(mismatched == 0);
+    CHECK(inexact > static_cast<long long>(s32.size) / 2);  // not vacuous
+    CHECK(wrong_step > 0);                                  // step 1 (tokens held) would be another key
+  }
 }

@@ -2,7 +2,8 @@
 // A stored state value draws 32 bits from Philox4x32-10 keyed by the run's seed, with the counter
 //   (block = element / 4 as two words, step, stream):  element i uses word i % 4 of its block,
 // where `element` is the value's index in the copy's whole array [seqs (or slots), state_elems] and `step` is the
-// number of tokens folded into the copy when it is stored. The same (seed, stream, step, element) gives the same
+// number of tokens folded into the copy when it is stored (an eager state: the tokens decoded before the step that
+// stores it, the eager decoder's counter). The same (seed, stream, step, element) gives the same
 // bits in every implementation and in any order, so a kernel and the emulation round a given fp32 value to the same
 // stored value, bit for bit.
 // Not here: how the bits are used (numeric/format.h round_stochastic, numeric/bits.h *_sr).
