@@ -25,6 +25,10 @@ namespace gdn {
 constexpr int kThreads = 128;  // one CTA: 4 warps
 constexpr int kWarps = kThreads / 32;
 constexpr int kUnroll = 4;     // passes of rows whose state loads are in flight together
+// The step kernels are compiled for K = 128 (every preset's key dim: Qwen3.5, Qwen3-Next, Kimi Linear) and for any
+// K (kK = kPresetK or 0): a fixed K makes a row's lane count a constant for the stream's reductions (reduce_scatter /
+// row_sums levels unrolled, no test and branch per level).
+constexpr int kPresetK = 128;
 
 // StateVec (16-byte state vectors, nearest and stochastic stores) and store_narrow4: common/state_vec.cuh.
 

@@ -17,13 +17,15 @@
 namespace rssm {
 namespace gdn {
 
-// kSR: stochastic rounding of the stored state (16-bit S only), the words of numeric/stochastic.h at step d_pos[row].
-template <class S, class A, bool kSR>
+// kK: kPresetK or 0 (K at run time, gdn_device.cuh). kSR: stochastic rounding of the stored state (16-bit S only),
+// the words of numeric/stochastic.h at step d_pos[row].
+template <class S, class A, int kK, bool kSR>
 __global__ void __launch_bounds__(kThreads) gdn_eager_kernel(GdnStepArgs a, S* __restrict__ state, int vtiles) {
   extern __shared__ float4 smem4[];
   float* s_q = reinterpret_cast<float*>(smem4);  // [K] normalised q (scaled), then [K] normalised k, then scratch
   constexpr int kVec = StateVec<S>::kVec;
-  const int HV = a.dims.HV, K = a.dims.K, V = a.dims.V, vpk = a.dims.HV / a.dims.HK;
+  constexpr int kL = kK / kVec;  // lanes of a row at compile time, 0 when K is a run-time value
+  const int HV = a.dims.HV, K = kK > 0 ? kK : a.dims.K, V = a.dims.V, vpk = a.dims.HV / a.dims.HK;
   const int per_row = HV * vtiles;
   const int row = blockIdx.x / per_row;
   const int h = (blockIdx.x % per_row) / vtiles, tile = blockIdx.x % vtiles;
@@ -45,12 +47,16 @@ __global__ void __launch_bounds__(kThreads) gdn_eager_kernel(GdnStepArgs a, S* _
   S* head = state + head_off + c * kVec;
   // A chunk (kUnroll passes of rows from i0) into registers as raw 16-byte vectors (a 16-bit state stays packed until
   // used: two chunks in flight cost 32 registers whatever the format); rows past the tile hold zeros.
+  // Rows u of a chunk are one pass of the CTA apart, rows_per_pass·K = kThreads·kVec elements whatever K is: fixed
+  // offsets from the chunk's first row, no 64-bit row arithmetic per load or store.
+  constexpr int kPass = kThreads * kVec;
   const auto load = [&](int i0, uint4 (&q)[kUnroll], float (&vv)[kUnroll]) {
+    const S* r0 = head + static_cast<long long>(i0 + rsub) * K;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {  // every load first: kUnroll independent 16-byte loads in flight
       const int i = i0 + u * rows_per_pass + rsub;
       const bool live = i < v_end;
-      q[u] = live ? __ldcs(reinterpret_cast<const uint4*>(head + static_cast<long long>(i) * K)) : make_uint4(0, 0, 0, 0);
+      q[u] = live ? __ldcs(reinterpret_cast<const uint4*>(r0 + u * kPass)) : make_uint4(0, 0, 0, 0);
       vv[u] = live ? to_f32(v[i]) : 0.0f;
     }
   };
@@ -86,7 +92,8 @@ __global__ void __launch_bounds__(kThreads) gdn_eager_kernel(GdnStepArgs a, S* _
 #pragma unroll
       for (int e = 0; e < kVec; ++e) dk[u] = fmaf(s[u][e], kv[e], dk[u]);
     }
-    row_sums(dk, lanes);
+    row_sums<kUnroll, kL>(dk, lanes);
+    S* r0 = head + static_cast<long long>(i0 + rsub) * K;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int i = i0 + u * rows_per_pass + rsub;
@@ -98,21 +105,19 @@ __global__ void __launch_bounds__(kThreads) gdn_eager_kernel(GdnStepArgs a, S* _
           uint32_t r[kVec];
           random_words<kVec>(SrKey{a.seed, RandomStream::EagerState, static_cast<long long>(a.d_pos[row])},
                              head_off + c * kVec + static_cast<long long>(i) * K, r);
-          StateVec<S>::store_sr(head + static_cast<long long>(i) * K, s[u], r);
+          StateVec<S>::store_sr(r0 + u * kPass, s[u], r);
         } else {
-          StateVec<S>::store(head + static_cast<long long>(i) * K, s[u]);
+          StateVec<S>::store(r0 + u * kPass, s[u]);
         }
       }
       dq[u] = 0.0f;
 #pragma unroll
       for (int e = 0; e < kVec; ++e) dq[u] = fmaf(s[u][e], qv[e], dq[u]);
     }
-    const Scattered r = reduce_scatter<kUnroll>(dq, lanes);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = i0 + (r.first + u) * rows_per_pass + rsub;
-      if (u < r.count && r.owner && i < v_end) store_o(a.d_o, row * os + static_cast<long long>(h) * V + i, o_bf16, dq[u]);
-    }
+    reduce_scatter_each<kUnroll, kL>(dq, lanes, [&](int u, float o) {
+      const int i = i0 + u * rows_per_pass + rsub;
+      if (i < v_end) store_o(a.d_o, row * os + static_cast<long long>(h) * V + i, o_bf16, o);
+    });
     if (i0 + span < v_end) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) q[u] = qn[u], vv[u] = vn[u];
@@ -125,9 +130,9 @@ void launch_eager(const GdnEagerLaunch& l, int vtiles, cudaStream_t stream) {
   const long long blocks = static_cast<long long>(l.step.batch) * l.step.dims.HV * vtiles;
   if (blocks > 0x7FFFFFFFLL) bad_launch("gdn_eager_step", "batch · HV · tiles exceeds the grid limit");
   const size_t bytes = (2 * static_cast<size_t>(l.step.dims.K) + 2 * kWarps) * sizeof(float);
-  auto kernel = gdn_eager_kernel<S, A, false>;
-  if constexpr (sizeof(S) == 2) {  // stochastic rounding: 16-bit states only (an fp32 state stores without rounding)
-    if (l.step.rounding == Rounding::Stochastic) kernel = gdn_eager_kernel<S, A, true>;
+  auto kernel = l.step.dims.K == kPresetK ? gdn_eager_kernel<S, A, kPresetK, false> : gdn_eager_kernel<S, A, 0, false>;
+  if constexpr (sizeof(S) == 2) {  // stochastic rounding: 16-bit states only (an fp32 state stores without rounding), any K
+    if (l.step.rounding == Rounding::Stochastic) kernel = gdn_eager_kernel<S, A, 0, true>;
   }
   if (bytes > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));

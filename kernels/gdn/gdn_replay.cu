@@ -266,9 +266,7 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
 }
 
 // CK: checkpoint type (the update copy when dual); RD: read-copy type, void when the checkpoint is shared.
-// kK: kPresetK (every preset's key dim) or 0 (K at run time): a fixed K makes a row's lane count a constant for
-// the stream's reductions (reduce_scatter / row_sums levels unrolled, no test and branch per level).
-constexpr int kPresetK = 128;
+// kK: kPresetK or 0 (K at run time, gdn_device.cuh).
 // kSR: the flush's stores round stochastically (a 16-bit checkpoint or read copy), at step d_pos[row] + 1.
 template <class A, class CK, class RD, bool kInner, int kK, bool kSR>
 __global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l, int vtiles) {

@@ -214,8 +214,10 @@ constexpr int kReplayMinBlocks = 8;
 template <class T> constexpr int kChunkRows = TileLayout<T>::kRows / 4;
 
 // kN: kPresetN or 0 (N at run time, mamba2_device.cuh). kSR: the flush's stores round stochastically (a 16-bit
-// checkpoint or read copy), at step d_pos[row] + 1.
-template <class A, class CK, class RD, int kN, bool kSR>
+// checkpoint or read copy), at step d_pos[row] + 1. kArith: the flush arithmetic is l.flush_arith; false: fp32, with
+// F = 1 known at compile time (the staging loops and operand switches a run-time arithmetic costs slowed the fp32
+// flush 759 -> 813 us on the H200).
+template <class A, class CK, class RD, int kN, bool kSR, bool kArith>
 __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kernel(Mamba2ReplayLaunch l, int ptiles) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
@@ -229,7 +231,8 @@ __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kern
   if (slot < 0) return;  // padded row: nothing read or written
   const int g = h / hpg, tid = threadIdx.x;
   const int tile_rows = (P + ptiles - 1) / ptiles;
-  const int F = flush_terms(l.flush_arith);
+  const Arith fa = kArith ? l.flush_arith : Arith::FP32;
+  const int F = kArith ? flush_terms(fa) : 1;
   const ReplaySmem L{N, l.interval, tile_rows, F};
   constexpr bool kDual = !std::is_void<RD>::value;
   const int p_begin = tile * tile_rows, p_end = min(P, p_begin + tile_rows), rows = p_end - p_begin;
@@ -335,7 +338,7 @@ __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kern
           for (int r = 0; r < F; ++r) {
             float o[8];
 #pragma unroll
-            for (int m = 0; m < 8; ++m) o[m] = flush_operand_b(l.flush_arith, b[m], r);
+            for (int m = 0; m < 8; ++m) o[m] = flush_operand_b(fa, b[m], r);
             float4* dst = reinterpret_cast<float4*>(smem + L.off_B() + (e * F + r) * N + 8 * k);
             dst[0] = make_float4(o[0], o[1], o[2], o[3]);
             dst[1] = make_float4(o[4], o[5], o[6], o[7]);
@@ -372,7 +375,7 @@ __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kern
         const float wf = smem[L.off_wf() + e];
         acc = fmaf(wf * smem[L.off_dot() + e], xe, acc);
         if (flush && live)
-          for (int r = 0; r < F; ++r) smem[L.off_u() + (p - p_begin) * E4 + e * F + r] = flush_operand_a(l.flush_arith, wf * xe, r);
+          for (int r = 0; r < F; ++r) smem[L.off_u() + (p - p_begin) * E4 + e * F + r] = flush_operand_a(fa, wf * xe, r);
       }
     }
     acc = row_sum(acc, tpr);
@@ -431,13 +434,18 @@ void launch_replay(const Mamba2ReplayLaunch& l, int ptiles, cudaStream_t stream)
   if (bytes > 227 * 1024)
     bad_launch("mamba2_replay_step", "needs " + std::to_string(bytes) + " bytes of shared memory (over 227 KiB): lower "
                "the interval, or a flush_arith other than 3xtf32 (three staged terms per entry)");
-  auto kernel = l.step.dims.N == kPresetN ? mamba2_replay_kernel<A, CK, RD, kPresetN, false>
-                                          : mamba2_replay_kernel<A, CK, RD, 0, false>;
-  // Stochastic rounding where a 16-bit copy is stored (an fp32 checkpoint stores without rounding): the kernel for
-  // any N (its speed is not what such a run measures, and each instantiation costs build time).
+  auto kernel = l.step.dims.N == kPresetN ? mamba2_replay_kernel<A, CK, RD, kPresetN, false, false>
+                                          : mamba2_replay_kernel<A, CK, RD, 0, false, false>;
+  // A flush arithmetic other than fp32, and stochastic rounding where a 16-bit copy is stored (an fp32 checkpoint
+  // stores without rounding): kernels for any N (their speed is not what such runs measure, and each instantiation
+  // costs build time).
+  const bool arith = l.flush_arith != Arith::FP32;
+  if (arith) kernel = mamba2_replay_kernel<A, CK, RD, 0, false, true>;
   if constexpr (sizeof(CK) == 2 || !std::is_void<RD>::value) {
-    if (l.step.rounding == Rounding::Stochastic) kernel = mamba2_replay_kernel<A, CK, RD, 0, true>;
+    if (l.step.rounding == Rounding::Stochastic)
+      kernel = arith ? mamba2_replay_kernel<A, CK, RD, 0, true, true> : mamba2_replay_kernel<A, CK, RD, 0, true, false>;
   }
+
   if (bytes > 48 * 1024) {  // above the default dynamic limit; a cheap attribute set, no synchronisation
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   }

@@ -30,7 +30,9 @@ constexpr int kPairVec = 8;            // (head, row) pairs per thread: one 16-b
 constexpr int kMaxPairs = kThreads * kPairVec;
 constexpr int kXRound = 8;             // ring entries whose x loads are in flight together
 constexpr int kDlRound = 4;            // (head, entry) items of (Δ, Λ) loaded together per thread
-constexpr int kStreamRows = 4;         // state rows per thread per chunk (two chunks in flight)
+constexpr int kReadRows = 8;           // non-flush stream: state rows per thread per chunk (two chunks in flight:
+                                       // 256 bytes a thread; with 4 it was latency-bound at 0.3 issue per cycle)
+constexpr int kStreamRows = 4;         // 16-bit flush: rows per thread per chunk (next chunk's loads in flight)
 constexpr int kFlushRows32 = 2;        // fp32 flush: rows per thread per chunk (4 spill under the 128 cap)
 constexpr int kMaxGroupHeads = 16;     // heads per CTA: per-pair arrays and weights in shared memory
 
@@ -101,7 +103,7 @@ __device__ inline void write_scattered(const Mamba2StepArgs& a, const GroupedCtx
 template <class T, int kLanes>
 __device__ void grouped_read(const Mamba2StepArgs& a, const GroupedCtx& t, const T* src, const float* smem,
                              const GroupedSmem& L) {
-  constexpr int R = kStreamRows;
+  constexpr int R = kReadRows;
   const TileLayout<T> lay(t.N);
   constexpr int kVec = TileLayout<T>::kVec;
   float Cv[kVec];
@@ -158,9 +160,14 @@ __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t,
   const float* su = smem + L.off_u();
   const long long run = t.slot_off + t.pair_base * t.N + lay.c * kVec;  // pair 0 at the thread's lane
   const int qh = hl * t.rows, q_end = qh + t.rows;                       // this head's pairs
-  for (int q0 = qh; q0 < q_end; q0 += R * lay.rpp) {
+  const int span = R * lay.rpp;
+  uint4 qn[R];  // the next chunk's loads are issued before this chunk's fold: one chunk always in flight
+  load_rows<T, R>(qn, ck + run, lay, q_end, qh, t.N);
+  for (int q0 = qh; q0 < q_end; q0 += span) {
     uint4 q[R];
-    load_rows<T, R>(q, ck + run, lay, q_end, q0, t.N);
+#pragma unroll
+    for (int u = 0; u < R; ++u) q[u] = qn[u];
+    if (q0 + span < q_end) load_rows<T, R>(qn, ck + run, lay, q_end, q0 + span, t.N);
     float s[R][kVec], acc[R];
 #pragma unroll
     for (int u = 0; u < R; ++u) {
