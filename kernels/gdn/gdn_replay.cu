@@ -89,8 +89,10 @@ __device__ inline void load_f32(const float* p, float v[kVec]) {
 // void. Flush steps: src is the checkpoint (dual: the fp32 update copy, R the read-copy type), written back.
 // kL: lanes of a row when K is fixed at compile time (the kernel's kK), else 0. Rows u of a chunk are one pass of
 // the CTA apart, rows_per_pass·K = kThreads·kVec elements whatever K is: fixed offsets from one row pointer.
-// kSR (flush steps): the stores round stochastically, row i's vector at element t.elem0 + i·K.
-template <class T, class R, bool kInner, bool kFlush, int kL, class A, bool kSR>
+// kSR (flush steps): the stores round stochastically, row i's vector at element t.elem0 + i·K. kArith: the flush
+// folds in t.fa with t.F terms per entry; false: fp32, one term (the fold the timed kernels run, nothing staged at
+// run time).
+template <class T, class R, bool kInner, bool kFlush, int kL, class A, bool kSR, bool kArith>
 __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, R* rd, const A* v, const float* smem,
                             const ReplaySmem& L) {
   constexpr int kVec = StateVec<T>::kVec;
@@ -106,21 +108,48 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
   uint16_t* ring_uj =
       l.d_ring_u + ((static_cast<long long>(t.slot) * t.cap + t.j) * t.HV + t.h) * static_cast<long long>(t.V);
   constexpr int kPass = kThreads * kVec;
-  for (int i0 = t.v_begin; i0 < t.v_end; i0 += t.rows_per_pass * kUnroll) {
+  const int span = t.rows_per_pass * kUnroll;
+  // Inner-route non-flush steps keep the next chunk's loads in flight while this chunk's dots are reduced (as the
+  // eager step does): raw 16-byte vectors, unpacked when used. On the H200 (fp32, K16, batch 256) that took the
+  // non-flush step 247 -> 224 us; the reconstruct route's rebuild holds too many registers for a second chunk (its
+  // amortised step went 271 -> 328 us with it) and flush steps have the fold's: they load each chunk when they reach it.
+  constexpr bool kAhead = kInner && !kFlush;
+  uint4 qa[kUnroll];
+  float va[kUnroll];
+  const auto load_raw = [&](int i0, uint4 (&q)[kUnroll], float (&vq)[kUnroll]) {
+    const T* r0 = src + static_cast<long long>(i0 + t.rsub) * t.K;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = i0 + u * t.rows_per_pass + t.rsub;
+      const bool live = i < t.v_end;
+      q[u] = live ? __ldcs(reinterpret_cast<const uint4*>(r0 + u * kPass)) : make_uint4(0, 0, 0, 0);
+      vq[u] = live ? to_f32(v[i]) : 0.0f;
+    }
+  };
+  if constexpr (kAhead) load_raw(t.v_begin, qa, va);
+  for (int i0 = t.v_begin; i0 < t.v_end; i0 += span) {
     float s[kUnroll][kVec], vv[kUnroll], uj[kUnroll];
     int il[kUnroll];
-    T* r0 = src + static_cast<long long>(i0 + t.rsub) * t.K;
+    [[maybe_unused]] T* r0 = src + static_cast<long long>(i0 + t.rsub) * t.K;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {  // every load first: kUnroll independent 16-byte loads in flight
-      const int i = i0 + u * t.rows_per_pass + t.rsub;
-      il[u] = min(i, t.v_end - 1) - t.v_begin;  // rows past the tile read a valid slot; their results are dropped
-      if (i < t.v_end) {
-        StateVec<T>::load(r0 + u * kPass, s[u]);
-        vv[u] = to_f32(v[i]);
-      } else {
+    for (int u = 0; u < kUnroll; ++u)  // rows past the tile read a valid slot; their results are dropped
+      il[u] = min(i0 + u * t.rows_per_pass + t.rsub, t.v_end - 1) - t.v_begin;
+    if constexpr (kAhead) {
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) s[u][k] = 0.0f;
-        vv[u] = 0.0f;
+      for (int u = 0; u < kUnroll; ++u) StateVec<T>::unpack(qa[u], s[u]), vv[u] = va[u];  // zero bits: 0.0f
+      if (i0 + span < t.v_end) load_raw(i0 + span, qa, va);
+    } else {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {  // every load first: kUnroll independent 16-byte loads in flight
+        const int i = i0 + u * t.rows_per_pass + t.rsub;
+        if (i < t.v_end) {
+          StateVec<T>::load(r0 + u * kPass, s[u]);
+          vv[u] = to_f32(v[i]);
+        } else {
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) s[u][k] = 0.0f;
+          vv[u] = 0.0f;
+        }
       }
     }
     if constexpr (!kInner) {  // rebuild S_{t−1}: R = e^{G_{j−1}}·S_c + Σ_{e<j} (w_e·u_e[i])·k_e
@@ -216,7 +245,9 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
         for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
           for (int k = 0; k < kVec; ++k) s[u][k] *= t.dt;
-        for (int e = 0; e < t.j * t.F; ++e) {
+        const int F = kArith ? t.F : 1;
+        const Arith fa = kArith ? t.fa : Arith::FP32;
+        for (int e = 0; e < t.j * F; ++e) {
           float key[kVec];
           load_f32<kVec>(s_keys + e * ldk, key);
 #pragma unroll
@@ -226,13 +257,13 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
             for (int k = 0; k < kVec; ++k) s[u][k] = fmaf(w, key[k], s[u][k]);
           }
         }
-        for (int r = 0; r < t.F; ++r) {
+        for (int r = 0; r < F; ++r) {
           float kr[kVec];
 #pragma unroll
-          for (int k = 0; k < kVec; ++k) kr[k] = flush_operand_b(t.fa, kbv[k], r);
+          for (int k = 0; k < kVec; ++k) kr[k] = flush_operand_b(fa, kbv[k], r);
 #pragma unroll
           for (int u = 0; u < kUnroll; ++u) {
-            const float w = flush_operand_a(t.fa, t.wf_j * uj[u], r);
+            const float w = flush_operand_a(fa, t.wf_j * uj[u], r);
 #pragma unroll
             for (int k = 0; k < kVec; ++k) s[u][k] = fmaf(w, kr[k], s[u][k]);
           }
@@ -268,8 +299,11 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
 // CK: checkpoint type (the update copy when dual); RD: read-copy type, void when the checkpoint is shared.
 // kK: kPresetK or 0 (K at run time, gdn_device.cuh).
 // kSR: the flush's stores round stochastically (a 16-bit checkpoint or read copy), at step d_pos[row] + 1.
-template <class A, class CK, class RD, bool kInner, int kK, bool kSR>
-__global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l, int vtiles) {
+// kArith: the flush arithmetic is l.flush_arith (inner route); false: fp32, with F = 1 known at compile time (the
+// staging loops and operand switches a run-time arithmetic costs slowed the fp32 flush 511 -> 565 us on the H200).
+// The body of both kernels below (they differ in their register budget only).
+template <class A, class CK, class RD, bool kInner, int kK, bool kSR, bool kArith>
+__device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   __shared__ int s_fill;
@@ -282,8 +316,8 @@ __global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l,
   if (slot < 0) return;  // padded row: nothing read or written
   const int hk = h / vpk, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int tile_rows = (V + vtiles - 1) / vtiles;
-  const Arith fa = kInner ? l.flush_arith : Arith::FP32;  // the launcher allows flush_arith on the inner route only
-  const int F = flush_terms(fa);
+  const Arith fa = kInner && kArith ? l.flush_arith : Arith::FP32;  // the launcher allows it on the inner route only
+  const int F = kInner && kArith ? flush_terms(fa) : 1;
   const ReplaySmem L{K, l.interval, tile_rows, F};
   constexpr bool kDual = !std::is_void<RD>::value;
   using Src = typename std::conditional<kDual, RD, CK>::type;  // what a non-flush step reads
@@ -443,18 +477,34 @@ __global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l,
     constexpr int kVec = StateVec<Src>::kVec;
     t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
     Src* src = static_cast<Src*>(kDual ? l.d_read : l.d_ckpt) + head_off + t.c * kVec;
-    stream_tile<Src, void, kInner, false, kK / StateVec<Src>::kVec, A, false>(l, t, src, nullptr, v, smem, L);
+    stream_tile<Src, void, kInner, false, kK / StateVec<Src>::kVec, A, false, false>(l, t, src, nullptr, v, smem, L);
   } else {
     constexpr int kVec = StateVec<CK>::kVec;
     t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
     CK* ck = static_cast<CK*>(l.d_ckpt) + head_off + t.c * kVec;
     if constexpr (kDual) {
       RD* rd = static_cast<RD*>(l.d_read) + head_off + t.c * kVec;
-      stream_tile<CK, RD, kInner, true, kK / StateVec<CK>::kVec, A, kSR>(l, t, ck, rd, v, smem, L);
+      stream_tile<CK, RD, kInner, true, kK / StateVec<CK>::kVec, A, kSR, kArith>(l, t, ck, rd, v, smem, L);
     } else {
-      stream_tile<CK, void, kInner, true, kK / StateVec<CK>::kVec, A, kSR>(l, t, ck, nullptr, v, smem, L);
+      stream_tile<CK, void, kInner, true, kK / StateVec<CK>::kVec, A, kSR, kArith>(l, t, ck, nullptr, v, smem, L);
     }
   }
+}
+
+template <class A, class CK, class RD, bool kInner, int kK, bool kSR, bool kArith>
+__global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l, int vtiles) {
+  replay_step<A, CK, RD, kInner, kK, kSR, kArith>(l, vtiles);
+}
+
+// The inner route on an fp32 checkpoint (shared or dual) with a floor of resident CTAs per SM. ncu on the H200 (fp32
+// K16 batch 256 non-flush): 96 registers held the step to 5 CTAs per SM (31% occupancy) and DRAM to 56%; at 6 CTAs
+// (80 registers, 4 bytes spilled) the non-flush step went 224 -> 213 us and the dual step 185 -> 165 us. A 16-bit
+// checkpoint spills 40-64 bytes under it, and the reconstruct route's rebuild needs its registers: they keep the
+// kernel above.
+constexpr int kInnerMinBlocks = 6;
+template <class A, class CK, class RD, int kK, bool kSR, bool kArith>
+__global__ void __launch_bounds__(kThreads, kInnerMinBlocks) gdn_replay_inner32_kernel(GdnReplayLaunch l, int vtiles) {
+  replay_step<A, CK, RD, true, kK, kSR, kArith>(l, vtiles);
 }
 
 template <class A, class CK, class RD>
@@ -469,13 +519,27 @@ void launch_replay(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
                "the interval, or a flush_arith other than 3xtf32 (three staged terms per entry)");
   const bool preset = l.step.dims.K == kPresetK;
   const bool inner = l.route == GdnRoute::Inner;
-  auto kernel = inner ? (preset ? gdn_replay_kernel<A, CK, RD, true, kPresetK, false> : gdn_replay_kernel<A, CK, RD, true, 0, false>)
-                      : (preset ? gdn_replay_kernel<A, CK, RD, false, kPresetK, false> : gdn_replay_kernel<A, CK, RD, false, 0, false>);
-  // Stochastic rounding where a 16-bit copy is stored (an fp32 checkpoint stores without rounding): the kernel for
-  // any K (its speed is not what such a run measures, and each instantiation costs build time).
+  void (*kernel)(GdnReplayLaunch, int) = nullptr;
+  if (!inner) {
+    kernel = preset ? gdn_replay_kernel<A, CK, RD, false, kPresetK, false, false>
+                    : gdn_replay_kernel<A, CK, RD, false, 0, false, false>;
+  } else if constexpr (sizeof(CK) == 4) {
+    kernel = preset ? gdn_replay_inner32_kernel<A, CK, RD, kPresetK, false, false>
+                    : gdn_replay_inner32_kernel<A, CK, RD, 0, false, false>;
+  } else {
+    kernel = preset ? gdn_replay_kernel<A, CK, RD, true, kPresetK, false, false>
+                    : gdn_replay_kernel<A, CK, RD, true, 0, false, false>;
+  }
+  // A flush arithmetic other than fp32 (inner route), and stochastic rounding where a 16-bit copy is stored (an fp32
+  // checkpoint stores without rounding): kernels for any K (their speed is not what such runs measure, and each
+  // instantiation costs build time).
+  const bool arith = inner && l.flush_arith != Arith::FP32;
+  if (arith) kernel = gdn_replay_kernel<A, CK, RD, true, 0, false, true>;
   if constexpr (sizeof(CK) == 2 || !std::is_void<RD>::value) {
     if (l.step.rounding == Rounding::Stochastic)
-      kernel = inner ? gdn_replay_kernel<A, CK, RD, true, 0, true> : gdn_replay_kernel<A, CK, RD, false, 0, true>;
+      kernel = arith   ? gdn_replay_kernel<A, CK, RD, true, 0, true, true>
+               : inner ? gdn_replay_kernel<A, CK, RD, true, 0, true, false>
+                       : gdn_replay_kernel<A, CK, RD, false, 0, true, false>;
   }
   if (bytes > 48 * 1024) {  // above the default dynamic limit; a cheap attribute set, no synchronisation
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
