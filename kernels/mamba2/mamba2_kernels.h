@@ -174,4 +174,9 @@ int mamba2_p_tiles(const Mamba2Dims& dims, int batch, Format state_format);
 // the launcher would on a forced shape it rejects. For the benchmark's labels.
 void mamba2_grouped_shape(const Mamba2ReplayLaunch& l, int& heads_per_cta, int& p_tiles);
 
+// Whether the grouped variant (variant = 1, automatic shape) runs this launch: fp32 flush arithmetic, nearest
+// rounding, a tile of heads · P pairs and a shared-memory footprint it fits. The cuda decoder uses it there and the
+// per-head kernel (variant 0) elsewhere.
+bool mamba2_grouped_accepts(const Mamba2ReplayLaunch& l);
+
 }  // namespace rssm

@@ -592,4 +592,17 @@ void mamba2_grouped_shape(const Mamba2ReplayLaunch& l, int& heads_per_cta, int& 
   m2::grouped_shape(l, l.dual ? l.read_format : l.ckpt_format, heads_per_cta, p_tiles);
 }
 
+bool mamba2_grouped_accepts(const Mamba2ReplayLaunch& l) {
+  if (l.flush_arith != Arith::FP32 || l.step.rounding != Rounding::Nearest || l.heads_per_cta > 0 || l.p_tiles > 0)
+    return false;
+  int hc = 1, ptiles = 1;
+  try {
+    m2::grouped_shape(l, l.dual ? l.read_format : l.ckpt_format, hc, ptiles);
+  } catch (const std::exception&) {  // the shape it would refuse (P beyond a CTA's pairs)
+    return false;
+  }
+  const m2::GroupedSmem L{l.step.dims.N, l.interval, hc, (l.step.dims.P + ptiles - 1) / ptiles};
+  return static_cast<size_t>(L.floats()) * sizeof(float) <= 227 * 1024;
+}
+
 }  // namespace rssm

@@ -631,6 +631,19 @@ TEST_CASE("mamba2 cuda launchers reject bad launch structs with a message naming
     CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("stochastic"));
     cudaFree(slot);
   }
+  {  // what the cuda decoder asks before it picks the grouped variant
+    Mamba2ReplayLaunch q;
+    q.step.dims = super120b();
+    q.step.batch = 256;
+    q.interval = 16;
+    CHECK(mamba2_grouped_accepts(q));
+    q.flush_arith = Arith::TF32;
+    CHECK_FALSE(mamba2_grouped_accepts(q));
+    q.flush_arith = Arith::FP32, q.step.rounding = Rounding::Stochastic;
+    CHECK_FALSE(mamba2_grouped_accepts(q));
+    q.step.rounding = Rounding::Nearest, q.step.dims.P = 4096;  // more (head, row) pairs than one CTA holds
+    CHECK_FALSE(mamba2_grouped_accepts(q));
+  }
   Mamba2EagerLaunch e;
   e.step.dims = {4, 8, 16, 3};
   e.step.batch = 1;
