@@ -272,10 +272,6 @@ std::string gdn_cuda_unsupported(const Scheme& s) {
   if (s.out_format != Format::BF16 && s.out_format != Format::FP32)
     return fmt::format("no CUDA kernel stores {} outputs yet (the GDN kernels write o in fp32 or bf16)",
                        format_name(s.out_format));
-  // Stochastic rounding is in the eager and replay kernels (the step args' rounding / seed / d_pos) and their GPU
-  // tests, held back from runs until those tests have passed on a device (none was lent when it was written).
-  if (s.rounding == Rounding::Stochastic)
-    return "stochastic rounding on CUDA is written but not yet validated on a GPU (nearest until its GPU tests pass)";
   const Format sf = s.state_format;
   if (!s.replays()) {
     if (!kernel_state_format(sf))
@@ -296,14 +292,9 @@ std::string gdn_cuda_unsupported(const Scheme& s) {
                        format_name(s.buffer_format));
   if (s.dot_arith != Arith::FP32)
     return fmt::format("no CUDA kernel for GDN dot_arith {} yet (fp32 only)", arith_name(s.dot_arith));
-  // tf32 / 3xtf32 / bf16 flush operands are in the inner route's kernel (GdnReplayLaunch::flush_arith) and its GPU
-  // tests, held back from runs until those tests have passed on a device (none was lent when they were written).
   if (s.flush_arith != Arith::FP32 && s.route != GdnRoute::Inner)
     return fmt::format("no CUDA kernel for GDN flush_arith {} on the reconstruct route (its flush is the fp32 rebuild "
                        "of S; route inner has it)", arith_name(s.flush_arith));
-  if (s.flush_arith != Arith::FP32)
-    return fmt::format("the CUDA GDN flush_arith {} is written but not yet validated on a GPU (fp32 until its GPU tests "
-                       "pass)", arith_name(s.flush_arith));
   if (s.interval > kGdnMaxInterval)
     return fmt::format("the CUDA GDN replay kernel keeps per-entry weights and the flush's keys in shared memory, at "
                        "most {} entries: interval {} is more",

@@ -13,9 +13,11 @@
 #include <vector>
 
 #include "common/cuda_check.h"
+#include "numeric/arith.h"
 #include "numeric/bits.h"
 #include "numeric/format.h"
 #include "numeric/stochastic.h"
+#include "decoder/scheme.h"
 
 namespace rssm::gpu_test {
 
@@ -105,6 +107,37 @@ double rel_rms(const TA* a, const TB* b, size_t n) {
   }
   return den == 0 ? (num == 0 ? 0.0 : INFINITY) : std::sqrt(num / den);
 }
+// The slack a flush arithmetic adds to a cuda decoder's difference from its cpu twin. Both fold the same staged
+// operands (numeric/arith.h), but an fp32 ulp between the twins' weights or states (fp32 arithmetic in another order)
+// can move an operand across a tf32 / bf16 rounding decision: one unit of the operand format in one term. 4u of the
+// operand format bounds it (the kernel-level [arith] tests measured at most 2.1e-4 with tf32 and bf16 operands);
+// 3xtf32 and fp32 need none.
+inline double flush_slack(Arith m) { return m == Arith::TF32 ? 4 * 0x1p-11 : m == Arith::BF16 ? 4 * 0x1p-8 : 0.0; }
+
+// Whether a scheme's error against fp64 is held to metrics/tolerance.h's budget for its judged format. Not under a
+// tf32 / bf16 flush arithmetic (the arithmetic's own error, about its unit roundoff per flush: measured 5.7e-5 mean
+// for a tf32 fp32-checkpoint replay, over the fp32 budget) nor stochastic rounding (a 16-bit state's rounding errors
+// walk instead of cancelling: 1.07e-2 mean for a bf16 GDN eager state, over the bf16 budget of 1e-2), in the CPU
+// emulation as on the GPU; a cuda decoder is held to its cpu twin.
+inline bool judged_by_table(const Scheme& s) { return s.rounding == Rounding::Nearest && flush_slack(s.flush_arith) == 0; }
+
+// Elements of a dual read copy that are not a rounding of the update copy's value, read[i] against update[i]:
+// nearest must give round_to's code exactly; stochastic one of the two codes that bracket the value (its words are
+// keyed by slot and step, which a decoder's state() does not carry; a code outside the bracket is a wrong copy).
+inline size_t read_copy_mismatches(Format f, Rounding r, const double* update, const double* read, size_t n) {
+  size_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const float u = static_cast<float>(update[i]);
+    if (r == Rounding::Nearest) {
+      bad += static_cast<double>(round_to(f, u)) != read[i];
+    } else {
+      const auto sr = [&](uint32_t w) { return f == Format::BF16 ? round_bf16_sr(u, w) : round_fp16_sr(u, w); };
+      bad += static_cast<double>(sr(0)) != read[i] && static_cast<double>(sr(0xFFFFFFFFu)) != read[i];
+    }
+  }
+  return bad;
+}
+
 // A running maximum that keeps a NaN.
 inline double max_nan(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
 

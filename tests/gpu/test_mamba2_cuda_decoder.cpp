@@ -12,6 +12,10 @@
 //     fp32 (both are fp32 arithmetic in a different order), else the judged format's rel_max;
 //   - its state copies have the cpu twin's names and steps (the lockstep engine throws otherwise), their final
 //     values are within the same bound of the twin's, and a dual read copy is the rounding of its update copy.
+// A tf32 / bf16 flush arithmetic adds gpu_test::flush_slack to both twin bounds (an operand's rounding may flip), and
+// such schemes and stochastic ones are held to the 2x criterion, not the table (gpu_test::judged_by_table); under
+// stochastic rounding the twins draw the same words, and a dual read copy is one of the two codes that
+// bracket its update copy's value.
 #include <catch2/catch.hpp>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -107,7 +111,10 @@ TEST_CASE("cuda decoder: what the kernels do not cover is a precise skip reason"
                                              {{"decoder", "eager"}, {"state_format", "fp16"}, {"act_format", "fp32"}},
                                              {{"decoder", "replay"}, {"state_format", "fp16"}, {"interval", "64"}},
                                              {{"decoder", "replay"}, {"state_format", "bf16"}, {"out_format", "bf16"}},
-                                             {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "fp16"}}}) {
+                                             {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "fp16"}},
+                                             {{"decoder", "eager"}, {"state_format", "bf16"}, {"rounding", "stochastic"}},
+                                             {{"decoder", "dual"}, {"flush_arith", "3xtf32"}},
+                                             {{"decoder", "replay"}, {"flush_arith", "bf16"}, {"rounding", "stochastic"}}}) {
     const Scheme s = scheme_of(p, Backend::Cuda);
     INFO(s.name());
     CHECK(mamba2_cuda_unsupported(s).empty());
@@ -120,7 +127,6 @@ TEST_CASE("cuda decoder: what the kernels do not cover is a precise skip reason"
     }
   }
   const std::vector<std::pair<Params, std::string>> missing = {
-      {{{"decoder", "eager"}, {"rounding", "stochastic"}, {"state_format", "bf16"}}, "stochastic rounding on CUDA is written but not yet validated"},
       {{{"act_format", "fp16"}}, "fp16 activations"},
       {{{"out_format", "fp16"}}, "fp16 outputs"},
       {{{"out_format", "fp64"}}, "fp64 outputs"},
@@ -130,7 +136,6 @@ TEST_CASE("cuda decoder: what the kernels do not cover is a precise skip reason"
       {{{"decoder", "dual"}, {"state_format", "fp64"}, {"read_format", "fp32"}}, "dual update copy in fp64"},
       {{{"decoder", "replay"}, {"buffer_format", "fp32"}}, "fp32 buffer"},
       {{{"decoder", "replay"}, {"dot_arith", "tf32"}}, "dot_arith tf32"},
-      {{{"decoder", "dual"}, {"flush_arith", "3xtf32"}}, "flush_arith 3xtf32"},
       {{{"decoder", "replay"}, {"interval", "65"}}, "at most 64 entries: interval 65"},
   };
   for (const auto& [p, reason] : missing) {
@@ -171,6 +176,13 @@ TEST_CASE("cuda decoder: cpu and cuda twins in lockstep, against fp64 and each o
       {{"decoder", "replay"}, {"state_format", "fp32"}, {"interval", "8"}, {"out_format", "bf16"}},
       {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "bf16"}, {"interval", "8"}},
       {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "fp16"}, {"interval", "16"}},
+      // Flush arithmetic (the kernel's staged operands) and stochastic rounding (numeric/stochastic.h's words).
+      {{"decoder", "replay"}, {"state_format", "fp32"}, {"interval", "16"}, {"flush_arith", "tf32"}},
+      {{"decoder", "replay"}, {"state_format", "fp32"}, {"interval", "8"}, {"flush_arith", "3xtf32"}},
+      {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "bf16"}, {"interval", "4"}, {"flush_arith", "bf16"}},
+      {{"decoder", "eager"}, {"state_format", "bf16"}, {"rounding", "stochastic"}},
+      {{"decoder", "replay"}, {"state_format", "fp16"}, {"interval", "8"}, {"rounding", "stochastic"}},
+      {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "bf16"}, {"interval", "16"}, {"rounding", "stochastic"}},
   };
   // Small heads with the gate, per-dim D and a dt floor (the recorded traces' features); and the serving N = 128
   // (fp32: 32 lanes per state row) with P split into tiles at this tiny batch.
@@ -222,11 +234,13 @@ TEST_CASE("cuda decoder: cpu and cuda twins in lockstep, against fp64 and each o
         const double gpu_worst = max_of(gpu.err.rel_mean), diff = max_of(gpu.twin_rel_max);
         INFO("error vs fp64: mean " << gpu_mean << " (cpu " << cpu_mean << "), worst step " << gpu_worst
                                     << "; vs cpu twin: " << diff << " rel, " << max_of(gpu.twin_ulps_max) << " ulps");
-        CHECK(gpu_mean <= tol.rel_mean);
-        CHECK(gpu_worst <= tol.rel_max);
+        if (gpu_test::judged_by_table(s)) {
+          CHECK(gpu_mean <= tol.rel_mean);
+          CHECK(gpu_worst <= tol.rel_max);
+        }
         CHECK(gpu_mean <= 2 * cpu_mean + 1e-6);
         REQUIRE(gpu.twin_rel_max.size() == static_cast<size_t>(steps));
-        CHECK(diff <= twin_bound(judged));
+        CHECK(diff <= twin_bound(judged) + gpu_test::flush_slack(s.flush_arith));
         // State: observed at the same steps under the same names, and the final copies agree.
         CHECK(gpu.obs_step == cpu.obs_step);
         REQUIRE(gpu.state_series.size() == cpu.state_series.size());
@@ -246,17 +260,11 @@ TEST_CASE("cuda decoder: cpu and cuda twins in lockstep, against fp64 and each o
           const Format f = gs[i].name == "read" ? s.read_format : s.state_format;
           const double d = rel_norm(gs[i].data, cs[i].data, gs[i].size);
           INFO("final copy vs cpu twin: " << d);
-          CHECK(d <= twin_bound(f));
+          CHECK(d <= twin_bound(f) + gpu_test::flush_slack(s.flush_arith));
         }
         if (s.dual()) {
           // The read copy is the update copy rounded once, from the same registers: code for code.
-          size_t bad = 0;
-          for (size_t i = 0; i < gs[0].size; ++i) {
-            const float u = static_cast<float>(gs[0].data[i]);
-            const float r = s.read_format == Format::BF16 ? round_bf16(u) : round_fp16(u);
-            bad += static_cast<double>(r) != gs[1].data[i];
-          }
-          CHECK(bad == 0);
+          CHECK(gpu_test::read_copy_mismatches(s.read_format, s.rounding, gs[0].data, gs[1].data, gs[0].size) == 0);
         }
       }
     }
