@@ -131,7 +131,8 @@ void launch_eager(const GdnEagerLaunch& l, int vtiles, cudaStream_t stream) {
   if (blocks > 0x7FFFFFFFLL) bad_launch("gdn_eager_step", "batch · HV · tiles exceeds the grid limit");
   const size_t bytes = (2 * static_cast<size_t>(l.step.dims.K) + 2 * kWarps) * sizeof(float);
   auto kernel = l.step.dims.K == kPresetK ? gdn_eager_kernel<S, A, kPresetK, false> : gdn_eager_kernel<S, A, 0, false>;
-  if constexpr (sizeof(S) == 2) {  // stochastic rounding: 16-bit states only (an fp32 state stores without rounding), any K
+  // Stochastic rounding: 16-bit states only (an fp32 state stores without rounding), the kernel for any K.
+  if constexpr (sizeof(S) == 2) {
     if (l.step.rounding == Rounding::Stochastic) kernel = gdn_eager_kernel<S, A, 0, true>;
   }
   if (bytes > 48 * 1024)

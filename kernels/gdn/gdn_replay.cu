@@ -112,7 +112,8 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
   // Inner-route non-flush steps keep the next chunk's loads in flight while this chunk's dots are reduced (as the
   // eager step does): raw 16-byte vectors, unpacked when used. On the H200 (fp32, K16, batch 256) that took the
   // non-flush step 247 -> 224 us; the reconstruct route's rebuild holds too many registers for a second chunk (its
-  // amortised step went 271 -> 328 us with it) and flush steps have the fold's: they load each chunk when they reach it.
+  // amortised step went 271 -> 328 us with it) and flush steps have the fold's: they load each chunk when they reach
+  // it.
   constexpr bool kAhead = kInner && !kFlush;
   uint4 qa[kUnroll];
   float va[kUnroll];

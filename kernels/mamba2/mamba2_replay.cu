@@ -375,7 +375,8 @@ __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kern
         const float wf = smem[L.off_wf() + e];
         acc = fmaf(wf * smem[L.off_dot() + e], xe, acc);
         if (flush && live)
-          for (int r = 0; r < F; ++r) smem[L.off_u() + (p - p_begin) * E4 + e * F + r] = flush_operand_a(fa, wf * xe, r);
+          for (int r = 0; r < F; ++r)
+            smem[L.off_u() + (p - p_begin) * E4 + e * F + r] = flush_operand_a(fa, wf * xe, r);
       }
     }
     acc = row_sum(acc, tpr);

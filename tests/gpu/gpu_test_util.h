@@ -119,7 +119,9 @@ inline double flush_slack(Arith m) { return m == Arith::TF32 ? 4 * 0x1p-11 : m =
 // for a tf32 fp32-checkpoint replay, over the fp32 budget) nor stochastic rounding (a 16-bit state's rounding errors
 // walk instead of cancelling: 1.07e-2 mean for a bf16 GDN eager state, over the bf16 budget of 1e-2), in the CPU
 // emulation as on the GPU; a cuda decoder is held to its cpu twin.
-inline bool judged_by_table(const Scheme& s) { return s.rounding == Rounding::Nearest && flush_slack(s.flush_arith) == 0; }
+inline bool judged_by_table(const Scheme& s) {
+  return s.rounding == Rounding::Nearest && flush_slack(s.flush_arith) == 0;
+}
 
 // Elements of a dual read copy that are not a rounding of the update copy's value, read[i] against update[i]:
 // nearest must give round_to's code exactly; stochastic one of the two codes that bracket the value (its words are

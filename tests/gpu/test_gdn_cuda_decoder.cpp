@@ -126,7 +126,8 @@ TEST_CASE("gdn cuda decoder: what the kernels do not cover is a precise skip rea
                                              {{"decoder", "dual"}, {"route", "reconstruct"}},
                                              {{"decoder", "eager"}, {"state_format", "bf16"}, {"rounding", "stochastic"}},
                                              {{"decoder", "dual"}, {"flush_arith", "3xtf32"}},
-                                             {{"decoder", "replay"}, {"state_format", "bf16"}, {"route", "reconstruct"}, {"rounding", "stochastic"}}}) {
+                                             {{"decoder", "replay"}, {"state_format", "bf16"}, {"route", "reconstruct"},
+                                              {"rounding", "stochastic"}}}) {
     const Scheme s = scheme_of(p, Backend::Cuda);
     INFO(s.name());
     CHECK(gdn_cuda_unsupported(s).empty());
@@ -207,7 +208,8 @@ TEST_CASE("gdn cuda decoder: cpu and cuda twins in lockstep, both routes, agains
         {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "bf16"}, {"interval", "8"}},
         {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "fp16"}, {"interval", "16"}},
         {{"decoder", "replay"}, {"state_format", "fp16"}, {"interval", "8"}, {"rounding", "stochastic"}},
-        {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "bf16"}, {"interval", "16"}, {"rounding", "stochastic"}},
+        {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "bf16"}, {"interval", "16"},
+         {"rounding", "stochastic"}},
     };
     for (Params p : replay) {
       p.emplace_back("route", route);

@@ -182,7 +182,8 @@ TEST_CASE("cuda decoder: cpu and cuda twins in lockstep, against fp64 and each o
       {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "bf16"}, {"interval", "4"}, {"flush_arith", "bf16"}},
       {{"decoder", "eager"}, {"state_format", "bf16"}, {"rounding", "stochastic"}},
       {{"decoder", "replay"}, {"state_format", "fp16"}, {"interval", "8"}, {"rounding", "stochastic"}},
-      {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "bf16"}, {"interval", "16"}, {"rounding", "stochastic"}},
+      {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "bf16"}, {"interval", "16"},
+       {"rounding", "stochastic"}},
   };
   // Small heads with the gate, per-dim D and a dt floor (the recorded traces' features); and the serving N = 128
   // (fp32: 32 lanes per state row) with P split into tiles at this tiny batch.
