@@ -112,8 +112,8 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
   // Inner-route non-flush steps keep the next chunk's loads in flight while this chunk's dots are reduced (as the
   // eager step does): raw 16-byte vectors, unpacked when used. On the H200 (fp32, K16, batch 256) that took the
   // non-flush step 247 -> 224 us; the reconstruct route's rebuild holds too many registers for a second chunk (its
-  // amortised step went 271 -> 328 us with it) and flush steps have the fold's: they load each chunk when they reach
-  // it.
+  // amortised step went 271 -> 328 us with it: benchmarks/experiments/gdn_double_buffer_both_routes.h200.json) and
+  // flush steps have the fold's: they load each chunk when they reach it.
   constexpr bool kAhead = kInner && !kFlush;
   uint4 qa[kUnroll];
   float va[kUnroll];
@@ -499,9 +499,9 @@ __global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l,
 
 // The inner route on an fp32 checkpoint (shared or dual) with a floor of resident CTAs per SM. ncu on the H200 (fp32
 // K16 batch 256 non-flush): 96 registers held the step to 5 CTAs per SM (31% occupancy) and DRAM to 56%; at 6 CTAs
-// (80 registers, 4 bytes spilled) the non-flush step went 224 -> 213 us and the dual step 185 -> 165 us. A 16-bit
-// checkpoint spills 40-64 bytes under it, and the reconstruct route's rebuild needs its registers: they keep the
-// kernel above.
+// (80 registers, 4 bytes spilled) the non-flush step went 224 -> 213 us and the dual step 186 -> 165 us
+// (benchmarks/experiments/gdn_cta_floors.h200.json). A 16-bit checkpoint spills 40-64 bytes under it, and the
+// reconstruct route's rebuild needs its registers: they keep the kernel above.
 constexpr int kInnerMinBlocks = 6;
 template <class A, class CK, class RD, int kK, bool kSR, bool kArith>
 __global__ void __launch_bounds__(kThreads, kInnerMinBlocks) gdn_replay_inner32_kernel(GdnReplayLaunch l, int vtiles) {
