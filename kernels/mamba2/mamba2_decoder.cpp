@@ -217,7 +217,7 @@ void Mamba2CudaDecoder::launch(int k) {
   l.d_fill = fill_d_.as<int32_t>();
   l.d_arrive = arrive_.as<int32_t>();
   // The grouped kernel where it runs the scheme: faster amortised than the per-head one at batch 1 and 256 in every
-  // format on the H200 (benchmarks/runs/mamba2-bench.c892c82.h200.json: replay_g, dual_g), though its flush step
+  // format on the H200 (benchmarks/runs/mamba2-bench.e00b568.h200.json: replay_g, dual_g), though its flush step
   // alone is slower; the per-head kernel runs flush arithmetic, stochastic rounding and shapes it refuses.
   l.variant = mamba2_grouped_accepts(l) ? 1 : 0;
   mamba2_replay_step(l, stream_);

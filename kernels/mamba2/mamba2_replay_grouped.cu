@@ -31,7 +31,9 @@ constexpr int kMaxPairs = kThreads * kPairVec;
 constexpr int kXRound = 8;             // ring entries whose x loads are in flight together
 constexpr int kDlRound = 4;            // (head, entry) items of (Δ, Λ) loaded together per thread
 constexpr int kReadRows = 8;           // non-flush stream: state rows per thread per chunk (two chunks in flight:
-                                       // 256 bytes a thread; with 4 it was latency-bound at 0.3 issue per cycle)
+                                       // 256 bytes a thread). With 4, an ncu profile of an earlier session (not
+                                       // kept) showed it latency-bound at 0.3 issues per cycle; 8 took fp32 K16
+                                       // amortised 345.5 -> 335.4 us (benchmarks/runs/mamba2-bench.*.h200.json)
 constexpr int kStreamRows = 4;         // 16-bit flush: rows per thread per chunk (next chunk's loads in flight)
 constexpr int kFlushRows32 = 2;        // fp32 flush: rows per thread per chunk (4 spill under the 128 cap)
 constexpr int kMaxGroupHeads = 16;     // heads per CTA: per-pair arrays and weights in shared memory
