@@ -19,6 +19,7 @@
 #include "numeric/scaled.h"
 #include "numeric/stochastic.h"
 #include "test_util.h"
+#include "trace_fixtures.h"
 #include "trace/synth.h"
 
 using namespace rssm;
@@ -151,18 +152,8 @@ TEST_CASE("contract: stochastic rounding through a replay decoder uses the (seed
   // bits of (seed, CheckpointUpdate, step = tokens folded, element index), for every element.
   for (Family f : {Family::Mamba2, Family::GDN}) {
     INFO(family_name(f));
-    SynthConfig sc;
-    sc.model.family = f;
-    if (f == Family::Mamba2) {
-      sc.model.mamba2.H = 4, sc.model.mamba2.P = 8, sc.model.mamba2.N = 16, sc.model.mamba2.G = 2;
-    } else {
-      sc.model.gdn.HK = 2, sc.model.gdn.HV = 4, sc.model.gdn.K = 16, sc.model.gdn.V = 8;
-    }
     const int interval = 4, seqs = 2;
-    sc.steps = interval;
-    sc.seqs = seqs;
-    sc.seed = 5;
-    SynthSource src(sc);
+    SynthSource src(test::tiny_layer(f, interval, seqs, 5));
     ReplayOptions o32;
     o32.interval = interval;
     o32.update_format = Format::FP32;
@@ -257,18 +248,8 @@ TEST_CASE("contract: an eager state's stochastic rounding draws at the tokens de
   // element)): the eager key is the step counter before the step (a CUDA eager kernel takes it from d_pos).
   for (Family f : {Family::Mamba2, Family::GDN}) {
     INFO(family_name(f));
-    SynthConfig sc;
-    sc.model.family = f;
-    if (f == Family::Mamba2) {
-      sc.model.mamba2.H = 4, sc.model.mamba2.P = 8, sc.model.mamba2.N = 16, sc.model.mamba2.G = 2;
-    } else {
-      sc.model.gdn.HK = 2, sc.model.gdn.HV = 4, sc.model.gdn.K = 16, sc.model.gdn.V = 8;
-    }
     const int seqs = 2;
-    sc.steps = 1;
-    sc.seqs = seqs;
-    sc.seed = 6;
-    SynthSource src(sc);
+    SynthSource src(test::tiny_layer(f, 1, seqs, 6));
     EagerDecoder d32(Format::FP32), dsr(Format::BF16, Rounding::Stochastic, kSeed);
     InputChunk chunk;
     src.read(0, 1, chunk);

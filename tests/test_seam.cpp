@@ -22,6 +22,7 @@
 #include "run/summary_table.h"
 #include "run/sweep.h"
 #include "test_util.h"
+#include "trace_fixtures.h"
 #include "trace/synth.h"
 
 using namespace rssm;
@@ -29,19 +30,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-SynthConfig tiny(Family f, long long steps, int seqs) {
-  SynthConfig sc;
-  sc.model.family = f;
-  if (f == Family::Mamba2) {
-    sc.model.mamba2.H = 4, sc.model.mamba2.P = 8, sc.model.mamba2.N = 16, sc.model.mamba2.G = 2;
-  } else {
-    sc.model.gdn.HK = 2, sc.model.gdn.HV = 4, sc.model.gdn.K = 16, sc.model.gdn.V = 8;
-  }
-  sc.steps = steps;
-  sc.seqs = seqs;
-  sc.seed = 11;
-  return sc;
-}
+SynthConfig tiny(Family f, long long steps, int seqs) { return test::tiny_layer(f, steps, seqs, 11); }
 
 }  // namespace
 

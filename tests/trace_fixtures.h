@@ -6,6 +6,7 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
@@ -50,6 +51,22 @@ inline SynthConfig tiny_gdn_trace() {
   c.seqs = 2;
   c.seed = 12;
   return c;
+}
+
+// The small layer of each family the decoder and contract tests run, no optional parts: Mamba-2 H=4 P=8 N=16 G=2,
+// GDN HK=2 HV=4 K=16 V=8.
+inline SynthConfig tiny_layer(Family f, long long steps, int seqs, uint64_t seed) {
+  SynthConfig sc;
+  sc.model.family = f;
+  if (f == Family::Mamba2) {
+    sc.model.mamba2.H = 4, sc.model.mamba2.P = 8, sc.model.mamba2.N = 16, sc.model.mamba2.G = 2;
+  } else {
+    sc.model.gdn.HK = 2, sc.model.gdn.HV = 4, sc.model.gdn.K = 16, sc.model.gdn.V = 8;
+  }
+  sc.steps = steps;
+  sc.seqs = seqs;
+  sc.seed = seed;
+  return sc;
 }
 
 // Writes the tiny Mamba-2 trace to `path`, in file chunks of 8 steps (37 steps: the last chunk is partial).
