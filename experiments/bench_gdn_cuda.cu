@@ -10,6 +10,10 @@
 //               (about two minutes on an H200)
 //     --smoke   a few cases at batch 1 and 3, one repetition (ctest); exits 0 with a message when no GPU exists
 //     --once    one iteration of one repetition per case (for ncu: few launches to replay)
+//     --eager_tune  adds eager rows at batch 64 and 256 over the eager tunables (heads per CTA 1, HV/HK; L2 prefetch
+//               ahead -1 = whole tile, 0, 1, 2, 4 chunks), named .../hpc:H/l2:D/batch:B
+//     --replay_tune  adds interval-16 replay rows at batch 256 over the replay step's L2 prefetch distance (the same
+//               values), named .../l2:D/batch:256
 //   JSON: --benchmark_out=FILE --benchmark_out_format=json (context: GPU, driver, git commit, ceilings, geometry).
 //
 // Method (KERNELS.md "Measuring like the peers were measured"), as bench_mamba2_cuda: inputs and state already on
@@ -49,7 +53,7 @@ namespace {
 
 struct Options {
   std::string preset = "qwen35-4b";
-  bool full = false, smoke = false, once = false;
+  bool full = false, smoke = false, once = false, eager_tune = false, replay_tune = false;
 };
 Options g_opt;
 Model g_model;
@@ -68,6 +72,8 @@ struct Config {
   Kind kind;
   int interval;
   int batch;
+  bool tuned = false;  // tunables set (named in the case), else the launch structs' defaults
+  int hpc = 0, l2 = 1;  // GdnEagerLaunch::heads_per_cta; l2_ahead of either launch
 };
 
 const char* kind_name(Kind k) {
@@ -85,6 +91,8 @@ std::string bench_name(const Config& c) {
   if (c.scheme != Scheme::Eager) s += c.route == GdnRoute::Inner ? "/inner" : "/reconstruct";
   s += "/" + (c.scheme == Scheme::Dual ? "fp32+" + format_name(c.state) : format_name(c.state));
   if (c.scheme != Scheme::Eager) s += "/K" + std::to_string(c.interval) + "/" + kind_name(c.kind);
+  if (c.tuned && c.scheme == Scheme::Eager) s += "/hpc:" + std::to_string(c.hpc);
+  if (c.tuned) s += "/l2:" + std::to_string(c.l2);
   return s + "/batch:" + std::to_string(c.batch);
 }
 
@@ -165,10 +173,12 @@ void bm_step(benchmark::State& st, Config c) {
   a.d_o = o.p, a.o_format = Format::BF16;
   GdnEagerLaunch le;
   le.step = a, le.state_format = c.state, le.d_state = ck.p;
+  le.heads_per_cta = c.hpc, le.l2_ahead = c.l2;
   GdnReplayLaunch lr;
   lr.step = a, lr.interval = KI, lr.capacity = cap, lr.route = c.route;
   lr.ckpt_format = dual ? Format::FP32 : c.state, lr.d_ckpt = ck.p;
   lr.dual = dual, lr.read_format = c.state, lr.d_read = dual ? rd.p : nullptr;
+  if (c.tuned) lr.l2_ahead = c.l2;
   lr.d_ring_u = ru.p, lr.d_ring_k = rk.p, lr.d_ring_G = rG.p, lr.d_fill = fill.p, lr.d_arrive = arrive.p;
 
   // The step sequence of one graph: per step, the fill it starts from (-1: leave the cursor to the kernel).
@@ -269,6 +279,32 @@ void register_all() {
       g_opt.full ? std::vector<Format>{Format::FP32, Format::BF16, Format::FP16} : std::vector<Format>{Format::FP32, Format::BF16};
   for (Format f : eager_fmts)
     for (int b : batches) add({Scheme::Eager, kInner, f, Kind::Step, 1, b});
+  if (g_opt.eager_tune) {
+    const int vpk = g_model.gdn.HV / g_model.gdn.HK;
+    for (Format f : {Format::FP32, Format::BF16})
+      for (int b : {64, 256})
+        for (int hpc : {1, vpk})
+          for (int l2 : {-1, 0, 1, 2, 4}) {
+            Config c{Scheme::Eager, kInner, f, Kind::Step, 1, b};
+            c.tuned = true, c.hpc = hpc, c.l2 = l2;
+            add(c);
+          }
+  }
+  if (g_opt.replay_tune) {
+    struct R {
+      Scheme sc;
+      GdnRoute route;
+      Format f;
+    };
+    for (R r : {R{Scheme::Replay, kInner, Format::FP32}, R{Scheme::Replay, kRec, Format::FP32},
+                R{Scheme::Replay, kInner, Format::BF16}, R{Scheme::Dual, kInner, Format::BF16}})
+      for (int l2 : {-1, 0, 1, 2, 4})
+        for (Kind k : {Kind::Nonflush, Kind::Flush, Kind::Amortised}) {
+          Config c{r.sc, r.route, r.f, k, 16, 256};
+          c.tuned = true, c.l2 = l2;
+          add(c);
+        }
+  }
   struct S {
     Scheme sc;
     GdnRoute route;
@@ -369,6 +405,8 @@ int main(int argc, char** argv) {
     else if (a == "--full") g_opt.full = true;
     else if (a == "--smoke") g_opt.smoke = true;
     else if (a == "--once") g_opt.once = true;
+    else if (a == "--eager_tune") g_opt.eager_tune = true;
+    else if (a == "--replay_tune") g_opt.replay_tune = true;
     else rest.push_back(argv[i]);
   }
   try {

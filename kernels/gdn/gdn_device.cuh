@@ -29,6 +29,7 @@ constexpr int kUnroll = 4;     // passes of rows whose state loads are in flight
 // K (kK = kPresetK or 0): a fixed K makes a row's lane count a constant for the stream's reductions (reduce_scatter /
 // row_sums levels unrolled, no test and branch per level).
 constexpr int kPresetK = 128;
+constexpr int kMaxEagerHeadsPerCta = 8;  // GdnEagerLaunch::heads_per_cta: the per-head gates sit in shared memory
 
 // StateVec (16-byte state vectors, nearest and stochastic stores) and store_narrow4: common/state_vec.cuh.
 

@@ -69,6 +69,14 @@ struct GdnEagerLaunch {
   GdnStepArgs step;
   Format state_format = Format::FP32;
   void* d_state = nullptr;  // [pool, HV, V, K]
+  // Tunables. heads_per_cta: value heads one CTA streams, a divisor of HV / HK (they share a key head, normalised
+  // once), at most 8; 0 = the launcher's choice (gdn_eager_heads_per_cta). l2_ahead: chunks of the state prefetched
+  // into L2 beyond the two chunks in registers, rolling; < 0 = the CTA's whole tile before the prologue. On the H200
+  // (Qwen3.5-4B, batch 256) 1 is fastest: fp32 326 us with the whole tile, 303 with none, 282 at 1, 302 at 4
+  // (benchmarks/experiments/gdn_l2_ahead.h200.json): whole tiles for every resident CTA overrun the 50 MB L2.
+  int heads_per_cta = 0;
+  int l2_ahead = 1;
+  int v_tiles = 0;  // CTAs per (row, head group), 1..V; 0 = gdn_v_tiles' choice
 };
 
 // Replay: a checkpoint per slot and a ring of the tokens appended since it.
@@ -107,6 +115,12 @@ struct GdnReplayLaunch {
   // per term) or bf16 as the CPU emulation's flush_arith (numeric/arith.h flush_operand_a / _b). Inner route only:
   // the reconstruct route's flush is its fp32 rebuild of S.
   Arith flush_arith = Arith::FP32;
+  // Tunable: the streamed copy's chunks prefetched into L2: the first l2_ahead + 2 before the prologue, then chunk
+  // c + l2_ahead + 1 as the stream reaches chunk c; < 0 = the CTA's whole tile before the prologue. On the H200
+  // (Qwen3.5-4B, batch 256, K16 amortised) 0 is fastest: inner fp32 227 us with whole tiles, 205 at 0, 218 at 4;
+  // reconstruct 297 -> 259; dual 169 -> 159 (benchmarks/experiments/gdn_l2_ahead.h200.json).
+  int l2_ahead = 0;
+  int v_tiles = 0;  // CTAs per (row, value head), 1..V; 0 = gdn_v_tiles' choice
 };
 
 // Largest interval a replay launch accepts (per-entry weights and the flush's keys live in shared memory).
@@ -118,6 +132,10 @@ void gdn_replay_step(const GdnReplayLaunch& launch, cudaStream_t stream);
 // CTAs per (row, value head) the launchers use for `batch` rows: the value dim is split into tiles when few rows
 // would leave SMs idle. Exposed for the tests and the benchmark's labels.
 int gdn_v_tiles(const GdnDims& dims, int batch, Format state_format);
+// Value heads per CTA of gdn_eager_step when GdnEagerLaunch::heads_per_cta is 0: 16-bit states, whose CTAs are short
+// (a 32 KiB head at 4 CTAs per SM), share the key head's prologue among the HV / HK heads while the launch keeps
+// >= 2048 CTAs (bf16, batch 256: 160 -> 152 us on the H200); fp32 states and split value dims: 1.
+int gdn_eager_heads_per_cta(const GdnDims& dims, int batch, Format state_format);
 
 // ---- Speculative decoding (issue 12). Window, ring and draft conventions: common/spec_kernels.h. ----
 // Both verify launches take `window` (T) positions per row: step.batch = rows, d_slot [batch], and every input and

@@ -22,8 +22,9 @@
 // small per-(row, head) work: q_t, k_t normalised, the key dots k_e·k_t and k_e·q_t (one warp per entry, entries in
 // parallel; reconstruct and flush steps also keep the keys in fp32 in shared memory), the weights (one thread per
 // entry), the ring sums per row of the tile (one thread per row); then streams its state tile once with kUnroll
-// 16-byte loads in flight per thread. The tile is prefetched into L2 before that prologue, so the step time does
-// not grow with the ring fill while other resident CTAs stream.
+// 16-byte loads in flight per thread. The tile's first chunks are prefetched into L2 before that prologue, so the
+// step time does not grow with the ring fill while other resident CTAs stream, and the stream prefetches the rest a
+// few chunks ahead (l2_ahead: whole tiles for every resident CTA overran the L2 and cost 10% more time).
 //
 // Ring cursor, on the device, exactly the Mamba-2 replay kernel's protocol: d_fill[slot] is read by one thread of
 // every CTA of the row; the CTA that arrives last on d_arrive[slot] (atomicAdd, fenced) writes the advanced fill (0
@@ -67,6 +68,7 @@ struct ReplaySmem {
 // Everything the stream phase needs, per CTA.
 struct TileCtx {
   int K, HV, V, h, row, slot, cap, j, c, rsub, lanes, rows_per_pass, v_begin, v_end;
+  int l2_ahead;  // GdnReplayLaunch::l2_ahead (>= 0: the stream's rolling prefetch)
   int F;     // the inner flush's terms per entry (flush_terms of fa)
   Arith fa;  // the inner flush's arithmetic
   long long os;
@@ -83,6 +85,16 @@ __device__ inline void load_f32(const float* p, float v[kVec]) {
     const float4 q = *reinterpret_cast<const float4*>(p + k);
     v[k] = q.x, v[k + 1] = q.y, v[k + 2] = q.z, v[k + 3] = q.w;
   }
+}
+
+// Rows [i0, min(i1, end)) of a head whose row 0 starts at `row0` (K elements of T per row) into L2, one 128-byte line
+// per thread and pass.
+template <class T>
+__device__ inline void prefetch_rows(const T* row0, int K, int i0, int i1) {
+  if (i1 <= i0) return;
+  const char* p = reinterpret_cast<const char*>(row0 + static_cast<long long>(i0) * K);
+  const int lines = static_cast<int>((static_cast<long long>(i1 - i0) * K * sizeof(T) + 127) / 128);
+  for (int i = threadIdx.x; i < lines; i += kThreads) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + 128LL * i));
 }
 
 // Streams the CTA's tile of `src` once. Non-flush steps: src is the read copy (dual) or the shared checkpoint, R is
@@ -128,7 +140,10 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
     }
   };
   if constexpr (kAhead) load_raw(t.v_begin, qa, va);
+  const T* const row0 = src - t.c * kVec;  // row 0 of the head, lane 0
+  const int ahead = t.l2_ahead >= 0 ? (t.l2_ahead + 2) * span : 0;  // the prefetch window's end, rows past i0
   for (int i0 = t.v_begin; i0 < t.v_end; i0 += span) {
+    if (ahead > 0 && i0 != t.v_begin) prefetch_rows(row0, t.K, i0 + ahead - span, min(i0 + ahead, t.v_end));
     float s[kUnroll][kVec], vv[kUnroll], uj[kUnroll];
     int il[kUnroll];
     [[maybe_unused]] T* r0 = src + static_cast<long long>(i0 + t.rsub) * t.K;
@@ -326,11 +341,12 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   const long long head_off = (static_cast<long long>(slot) * HV + h) * V * K;
   {
     // Start the tile's state on its way into L2 now: the prologue below is a chain of dependent small loads
-    // (fill, ring, weights). A hint only (a dual flush step streams the update copy instead, 1 step in `interval`).
-    const char* tile_src = reinterpret_cast<const char*>(static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) +
-                                                         head_off + static_cast<long long>(v_begin) * K);
-    const int lines = static_cast<int>((static_cast<long long>(v_end - v_begin) * K * sizeof(Src) + 127) / 128);
-    for (int i = tid; i < lines; i += kThreads) asm volatile("prefetch.global.L2 [%0];" ::"l"(tile_src + 128LL * i));
+    // (fill, ring, weights). The whole tile (l2_ahead < 0), or the chunks the stream will load first, the rest
+    // prefetched by the stream as it goes. A hint only (a dual flush step streams the update copy instead, 1 step in
+    // `interval`).
+    const int span = kThreads / (K / StateVec<Src>::kVec) * kUnroll;
+    const int end = l.l2_ahead < 0 ? v_end : min(v_end, v_begin + (l.l2_ahead + 2) * span);
+    prefetch_rows(static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) + head_off, K, v_begin, end);
   }
   if (vtiles > 1) {
     // Small batch (the value dim is split): the step is latency-bound, a chain of dependent loads (fill, G_{j−1},
@@ -459,7 +475,7 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   TileCtx t;
   t.K = K, t.HV = HV, t.V = V, t.h = h, t.row = row, t.slot = slot, t.cap = cap, t.j = j;
   t.v_begin = v_begin, t.v_end = v_end;
-  t.F = F, t.fa = fa;
+  t.F = F, t.fa = fa, t.l2_ahead = l.l2_ahead;
   if constexpr (kSR) {
     constexpr int kVecCK = StateVec<CK>::kVec;
     t.elem0 = head_off + (tid % (K / kVecCK)) * kVecCK;  // the flush streams the checkpoint's rows
@@ -600,7 +616,9 @@ void gdn_replay_step(const GdnReplayLaunch& l, cudaStream_t stream) {
     streamed = l.ckpt_format;
   }
   gdn::check_state_rows(what, l.step.dims.K, gdn::state_vec(l.ckpt_format), l.d_ckpt);
-  const int vtiles = gdn_v_tiles(l.step.dims, l.step.batch, streamed);
+  if (l.v_tiles < 0 || l.v_tiles > l.step.dims.V)
+    gdn::bad_launch(what, "v_tiles must be 0 (automatic) or 1..V (got " + std::to_string(l.v_tiles) + ")");
+  const int vtiles = l.v_tiles > 0 ? l.v_tiles : gdn_v_tiles(l.step.dims, l.step.batch, streamed);
   if (l.step.act_format == Format::BF16)
     gdn::dispatch_state<__nv_bfloat16>(l, vtiles, stream);
   else

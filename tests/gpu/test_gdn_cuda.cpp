@@ -29,6 +29,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -62,6 +63,9 @@ struct Case {
   int interval = 1;
   Arith flush = Arith::FP32;  // the inner flush's arithmetic (GdnReplayLaunch::flush_arith)
   bool sr = false;            // stochastic rounding of the stored state (GdnStepArgs::rounding)
+  int hpc = 0;                // eager: GdnEagerLaunch::heads_per_cta (0: the launcher's choice)
+  std::optional<int> l2;      // l2_ahead of either launch (unset: the launch struct's default)
+  int vt = 0;                 // v_tiles of either launch (1: a CTA streams whole heads, several chunks, even at 5 rows)
   std::string name() const {
     const char* k = kind == Kind::Eager ? "eager" : kind == Kind::Replay ? "replay" : "dual";
     std::string s = fmt::format("{} {}", geo, k);
@@ -72,6 +76,9 @@ struct Case {
     if (ofmt != Format::FP32) s += " o=" + format_name(ofmt);
     if (flush != Arith::FP32) s += " flush=" + arith_name(flush);
     if (sr) s += " sr";
+    if (hpc != 0) s += fmt::format(" heads/cta={}", hpc);
+    if (l2) s += fmt::format(" l2_ahead={}", *l2);
+    if (vt) s += fmt::format(" v_tiles={}", vt);
     return s;
   }
 };
@@ -203,11 +210,15 @@ void run_case(const Case& c, uint64_t seed) {
   GdnReplayLaunch lr;
   if (eager) {
     le.step = a, le.state_format = sf, le.d_state = dck.p;
+    le.heads_per_cta = c.hpc, le.v_tiles = c.vt;
+    if (c.l2) le.l2_ahead = *c.l2;
   } else {
     lr.step = a, lr.interval = KI, lr.capacity = cap, lr.route = c.route, lr.ckpt_format = sf, lr.d_ckpt = dck.p;
     lr.dual = dual, lr.read_format = c.read, lr.d_read = dual ? drd->p : nullptr;
     lr.d_ring_u = dru.p, lr.d_ring_k = drk.p, lr.d_ring_G = drG.p, lr.d_fill = dfill.p, lr.d_arrive = darr.p;
     lr.flush_arith = c.flush;
+    if (c.l2) lr.l2_ahead = *c.l2;
+    lr.v_tiles = c.vt;
   }
 
   Format judged = eager ? sf : Format::BF16;
@@ -501,6 +512,34 @@ TEST_CASE("gdn cuda eager: Qwen3.5 geometries", "[gpu][gdn][eager]") {
     }
 }
 
+// The eager kernel's tunables change which CTA streams which rows and when they are prefetched, never a value: every
+// combination is held to the same bounds. Small geometry: one chunk per head, rows past the value dim; Qwen3.5-4B at
+// 5 rows: V split into tiles, each CTA streaming a tile of both value heads of a key head.
+TEST_CASE("gdn cuda eager: heads per CTA and L2 prefetch distance", "[gpu][gdn][eager]") {
+  if (!have_device()) return;
+  for (auto [geo, dims] : {std::pair{"small", small()}, std::pair{"qwen35-4b", qwen4b()}})
+    for (Format s : {Format::FP32, Format::BF16})
+      for (auto [hpc, l2] : {std::pair{2, -1}, std::pair{2, 0}, std::pair{1, -1}, std::pair{2, 3}}) {
+        Case c;
+        c.geo = geo, c.dims = dims, c.kind = Kind::Eager, c.state = s, c.hpc = hpc, c.l2 = l2;
+        c.sr = s == Format::BF16 && l2 == 3;
+        run_case(c, seed_for(c));
+        c.vt = 1;  // whole heads: several chunks per head, the stream crossing from one head to the next
+        run_case(c, seed_for(c));
+      }
+}
+
+TEST_CASE("gdn cuda replay: L2 prefetch distance, both routes, shared and dual", "[gpu][gdn][replay]") {
+  if (!have_device()) return;
+  for (int l2 : {0, 2})
+    for (Kind kind : {Kind::Replay, Kind::Dual})
+      for (GdnRoute route : {GdnRoute::Inner, GdnRoute::Reconstruct}) {
+        Case c;
+        c.geo = "qwen35-4b", c.dims = qwen4b(), c.kind = kind, c.route = route, c.interval = 4, c.l2 = l2, c.vt = 1;
+        run_case(c, seed_for(c));
+      }
+}
+
 TEST_CASE("gdn cuda replay: shared checkpoint, both routes, every interval, small geometry", "[gpu][gdn][replay]") {
   if (!have_device()) return;
   for (int K : {1, 4, 16, 32})
@@ -595,4 +634,10 @@ TEST_CASE("gdn cuda launchers reject bad launch structs with a message naming th
   e.step.dims = {3, 4, 16, 16};
   e.step.batch = 1;
   CHECK_THROWS_WITH(gdn_eager_step(e, nullptr), Catch::Contains("multiple of HK"));
+  e.step.dims = small();
+  e.step.batch = 0;  // the tunables are checked before an empty launch returns
+  e.heads_per_cta = 3;
+  CHECK_THROWS_WITH(gdn_eager_step(e, nullptr), Catch::Contains("heads_per_cta"));
+  e.heads_per_cta = 0, e.v_tiles = 17;
+  CHECK_THROWS_WITH(gdn_eager_step(e, nullptr), Catch::Contains("v_tiles"));
 }
