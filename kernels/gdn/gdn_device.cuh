@@ -98,6 +98,17 @@ __device__ inline void load_normalised(const GdnStepArgs& a, int row, int hk, fl
   __syncthreads();
 }
 
+// Rows [i0, i1) of a head whose row 0 starts at `row0` (K elements of T per row) into L2, one 128-byte line per
+// thread and pass. The streams prefetch a rolling window of chunks this way (the launch structs' l2_ahead): a whole
+// tile per resident CTA overruns the L2 (benchmarks/experiments/gdn_l2_ahead.h200.json).
+template <class T>
+__device__ inline void prefetch_rows(const T* row0, int K, int i0, int i1) {
+  if (i1 <= i0) return;
+  const char* p = reinterpret_cast<const char*>(row0 + static_cast<long long>(i0) * K);
+  const int lines = static_cast<int>((static_cast<long long>(i1 - i0) * K * sizeof(T) + 127) / 128);
+  for (int i = threadIdx.x; i < lines; i += kThreads) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + 128LL * i));
+}
+
 // Four fp32 values rounded to T (bf16 or fp16) in place: what store_narrow4 writes, as the reader of that copy sees it.
 template <class T>
 __device__ inline void round_narrow4(float v[4]) {

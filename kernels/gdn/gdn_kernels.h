@@ -168,6 +168,7 @@ struct GdnVerifyLaunch {
   float* d_ring_G = nullptr;       // [pool, capacity, HV]
   const int32_t* d_fill = nullptr;  // [pool] committed entries
   const int32_t* d_base = nullptr;  // [pool] ring index of entry 0
+  int l2_ahead = 0;  // as GdnReplayLaunch::l2_ahead (the streamed copy's chunks prefetched into L2)
 };
 
 // Eager speculative baseline: draft states [pool, window, HV, V, K] in state_format (FP32, BF16 or FP16). Per row the
@@ -179,6 +180,8 @@ struct GdnEagerVerifyLaunch {
   Format state_format = Format::FP32;
   void* d_state = nullptr;         // [pool, window, HV, V, K]
   const int32_t* d_cur = nullptr;  // [pool] draft holding the current state, 0 .. window − 1
+  int l2_ahead = 0;  // chunks of draft d_cur prefetched into L2: the first l2_ahead + 2 before the prologue, then
+                     // rolling; < 0 = the CTA's whole tile before the prologue
 };
 
 void gdn_verify(const GdnVerifyLaunch& launch, cudaStream_t stream);

@@ -87,16 +87,6 @@ __device__ inline void load_f32(const float* p, float v[kVec]) {
   }
 }
 
-// Rows [i0, min(i1, end)) of a head whose row 0 starts at `row0` (K elements of T per row) into L2, one 128-byte line
-// per thread and pass.
-template <class T>
-__device__ inline void prefetch_rows(const T* row0, int K, int i0, int i1) {
-  if (i1 <= i0) return;
-  const char* p = reinterpret_cast<const char*>(row0 + static_cast<long long>(i0) * K);
-  const int lines = static_cast<int>((static_cast<long long>(i1 - i0) * K * sizeof(T) + 127) / 128);
-  for (int i = threadIdx.x; i < lines; i += kThreads) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + 128LL * i));
-}
-
 // Streams the CTA's tile of `src` once. Non-flush steps: src is the read copy (dual) or the shared checkpoint, R is
 // void. Flush steps: src is the checkpoint (dual: the fp32 update copy, R the read-copy type), written back.
 // kL: lanes of a row when K is fixed at compile time (the kernel's kK), else 0. Rows u of a chunk are one pass of

@@ -144,6 +144,7 @@ __device__ void normalise_window(const GdnStepArgs& a, int row, int T, int hk, i
 // Per-CTA constants of the verify's stream and substitution phases.
 struct VerifyCtx {
   int K, HV, V, h, row, slot, T, hw, hc, c, rsub, lanes, rows_per_pass, v_begin, v_end;
+  int l2_ahead;  // GdnVerifyLaunch::l2_ahead (>= 0: the stream's rolling prefetch)
   float dflush;  // e^{G_{h−1}} of the deferred flush
 };
 
@@ -160,7 +161,10 @@ __device__ void verify_stream(const VerifyCtx& t, T* src, R* rd, float* smem, co
   const float* s_uw = smem + L.off_uw();
   float* s_sk = smem + L.off_sk();
   float* s_sq = smem + L.off_sq();
-  for (int i0 = t.v_begin; i0 < t.v_end; i0 += t.rows_per_pass * U) {
+  const int span = t.rows_per_pass * U;
+  const int ahead = t.l2_ahead >= 0 ? (t.l2_ahead + 2) * span : 0;  // the prefetch window's end, rows past i0
+  for (int i0 = t.v_begin; i0 < t.v_end; i0 += span) {
+    if (ahead > 0 && i0 != t.v_begin) prefetch_rows(src - t.c * kVec, t.K, i0 + ahead - span, min(i0 + ahead, t.v_end));
     float s[U][kVec];
     int il[U];
 #pragma unroll
@@ -257,12 +261,12 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kernel(GdnVerifyLaunch l,
   const int v_begin = tile * tile_rows, v_end = min(V, v_begin + tile_rows);
   const long long head_off = (static_cast<long long>(slot) * HV + h) * V * K;
   {
-    // The tile on its way into L2 while the prologue runs its chain of dependent small loads (a hint: a dual
-    // flushing window streams the update copy instead).
-    const char* tile_src = reinterpret_cast<const char*>(static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) +
-                                                         head_off + static_cast<long long>(v_begin) * K);
-    const int lines = static_cast<int>((static_cast<long long>(v_end - v_begin) * K * sizeof(Src) + 127) / 128);
-    for (int i = tid; i < lines; i += kThreads) asm volatile("prefetch.global.L2 [%0];" ::"l"(tile_src + 128LL * i));
+    // The tile's first chunks (l2_ahead < 0: all of it) on their way into L2 while the prologue runs its chain of
+    // dependent small loads; the stream prefetches the rest as it goes (a hint: a dual flushing window streams the
+    // update copy instead).
+    const int span = kThreads / (K / StateVec<Src>::kVec) * kVerifyUnroll<TP>;
+    const int end = l.l2_ahead < 0 ? v_end : min(v_end, v_begin + (l.l2_ahead + 2) * span);
+    prefetch_rows(static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) + head_off, K, v_begin, end);
   }
   const int cap = l.capacity, mask = cap - 1;
   if (tid == 0) {  // written by the previous commit, read-only here
@@ -387,7 +391,7 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kernel(GdnVerifyLaunch l,
 
   VerifyCtx t;
   t.K = K, t.HV = HV, t.V = V, t.h = h, t.row = row, t.slot = slot, t.T = T, t.hw = hw, t.hc = hfill;
-  t.v_begin = v_begin, t.v_end = v_end, t.dflush = dflush;
+  t.v_begin = v_begin, t.v_end = v_end, t.dflush = dflush, t.l2_ahead = l.l2_ahead;
   if (!flush) {
     constexpr int kVec = StateVec<Src>::kVec;
     t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
@@ -516,11 +520,9 @@ __global__ void __launch_bounds__(kThreads) gdn_eager_verify_kernel(GdnEagerVeri
   const long long draft = static_cast<long long>(HV) * V * K;  // elements per draft state
   const long long head_in_draft = static_cast<long long>(h) * V * K;
   S* pool = static_cast<S*>(l.d_state) + static_cast<long long>(slot) * T * draft + head_in_draft;
-  {
-    const char* src = reinterpret_cast<const char*>(pool + cur * draft + static_cast<long long>(v_begin) * K);
-    const int lines = static_cast<int>((static_cast<long long>(v_end - v_begin) * K * sizeof(S) + 127) / 128);
-    for (int i = threadIdx.x; i < lines; i += kThreads) asm volatile("prefetch.global.L2 [%0];" ::"l"(src + 128LL * i));
-  }
+  const int span = kThreads / (K / kVec) * kUnroll;
+  const int ahead = l.l2_ahead >= 0 ? (l.l2_ahead + 2) * span : 0;  // the prefetch window's end, rows past a chunk
+  prefetch_rows(pool + cur * draft, K, v_begin, l.l2_ahead < 0 ? v_end : min(v_end, v_begin + ahead));
   const int ldk = up4(K);
   float* s_q = smem;                 // [T][ldk]
   float* s_k = s_q + T * ldk;        // [T][ldk]
@@ -539,7 +541,8 @@ __global__ void __launch_bounds__(kThreads) gdn_eager_verify_kernel(GdnEagerVeri
   const long long os = or_default(a.o_stride, static_cast<long long>(HV) * V);
   const bool o_bf16 = a.o_format == Format::BF16;
   const S* src = pool + cur * draft + c * kVec;
-  for (int i0 = v_begin; i0 < v_end; i0 += rows_per_pass * kUnroll) {
+  for (int i0 = v_begin; i0 < v_end; i0 += span) {
+    if (ahead > 0 && i0 != v_begin) prefetch_rows(pool + cur * draft, K, i0 + ahead - span, min(i0 + ahead, v_end));
     float s[kUnroll][kVec];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {  // every load of the batch before any store: draft d_cur is overwritten
