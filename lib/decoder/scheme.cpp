@@ -42,6 +42,9 @@ std::string Scheme::label() const {
   std::string l = decoder_kind_name(decoder) + "-" + format_name(state_format);
   if (dual()) l += "+" + format_name(read_format);
   if (replays()) l += fmt::format("-K{}", interval);
+  // Arithmetic other than fp32 changes the numbers, so two such points must not share a label in a table.
+  if (replays() && dot_arith != Arith::FP32) l += "-dot_" + arith_name(dot_arith);
+  if (replays() && flush_arith != Arith::FP32) l += "-flush_" + arith_name(flush_arith);
   if (rounding == Rounding::Stochastic) l += "-sr";
   if (speculative()) l += fmt::format("-T{}", window);
   return backend == Backend::Cpu ? l : backend_name(backend) + ":" + l;

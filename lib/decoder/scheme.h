@@ -60,7 +60,8 @@ struct Scheme {
   // (a decoder never sees the activation rounding: the runner applies it).
   std::string name() const;
   std::string decoder_name() const;
-  // Short label for tables: "replay-bf16-K8", "dual-fp32+bf16-K8", prefixed "cuda:" on the cuda backend.
+  // Short label for tables: "replay-bf16-K8", "dual-fp32+bf16-K8", "replay-fp32-K16-flush_tf32" (dot / flush
+  // arithmetic named when not fp32), prefixed "cuda:" on the cuda backend.
   std::string label() const;
   // The same point on another backend.
   Scheme with_backend(Backend b) const {
