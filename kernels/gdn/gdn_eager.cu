@@ -27,6 +27,9 @@ namespace gdn {
 // them); the stream runs through the heads as one sequence of chunks, the next head's first chunk loaded while the
 // last chunk of the head in hand is used. l2_ahead: < 0 prefetches the CTA's whole tile into L2 before the prologue;
 // D >= 0 prefetches D chunks beyond the register double buffer, rolling (D = 0: none). Tunables of the launch struct.
+// Launch bounds: the head loop's bookkeeping took fp32 states from 72 to 93 registers (5 CTAs per SM) when the
+// compiler was free; 7 CTAs per SM caps them at 72 again with no spill at K = 128 (4-8 bytes for a run-time K). 16-bit
+// states need about 128 registers (4 CTAs per SM) either way.
 template <class S, class A, int kK, bool kSR>
 __global__ void __launch_bounds__(kThreads, sizeof(S) == 4 ? 7 : 4)
     gdn_eager_kernel(GdnStepArgs a, S* __restrict__ state, int vtiles, int hpc, int l2_ahead) {
