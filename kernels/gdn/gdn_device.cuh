@@ -57,16 +57,30 @@ __host__ __device__ inline long long or_default(long long stride, long long cont
 struct Gate {
   float g, alpha, beta;
 };
+// In two halves where a kernel wants the four loads in flight under other latency: gate_in issues them (raw values,
+// not yet used), gate_from computes the gate.
+template <class A>
+struct GateIn {
+  A a_raw, b_raw;
+  float A_log, dt_bias;
+};
+template <class A>
+__device__ inline GateIn<A> gate_in(const GdnStepArgs& a, int row, int h) {
+  const long long abs_ = or_default(a.ab_stride, a.dims.HV);
+  return {static_cast<const A*>(a.d_a)[row * abs_ + h], static_cast<const A*>(a.d_b)[row * abs_ + h], a.d_A_log[h],
+          a.d_dt_bias[h]};
+}
+template <class A>
+__device__ inline Gate gate_from(const GateIn<A>& in) {
+  Gate gt;
+  gt.g = gdn_log_gate<float>(in.A_log, to_f32(in.a_raw), in.dt_bias);
+  gt.alpha = expf(gt.g);
+  gt.beta = sigmoid<float>(to_f32(in.b_raw));
+  return gt;
+}
 template <class A>
 __device__ inline Gate gate_of(const GdnStepArgs& a, int row, int h) {
-  const long long abs_ = or_default(a.ab_stride, a.dims.HV);
-  const float a_raw = to_f32(static_cast<const A*>(a.d_a)[row * abs_ + h]);
-  const float b_raw = to_f32(static_cast<const A*>(a.d_b)[row * abs_ + h]);
-  Gate gt;
-  gt.g = gdn_log_gate<float>(a.d_A_log[h], a_raw, a.d_dt_bias[h]);
-  gt.alpha = expf(gt.g);
-  gt.beta = sigmoid<float>(b_raw);
-  return gt;
+  return gate_from(gate_in<A>(a, row, h));
 }
 
 // q_t and k_t of key head hk of one row, L2-normalised into shared memory (s_q includes the 1/sqrt(K) scale).

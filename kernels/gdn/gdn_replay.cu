@@ -60,16 +60,16 @@ struct ReplaySmem {
   __host__ __device__ int off_wf() const { return off_wq() + up4(E); }   // [E] e^{G_t−G_e} (flush)
   __host__ __device__ int off_rk() const { return off_wf() + up4(E); }   // [rows] ring sum against k_t
   __host__ __device__ int off_rq() const { return off_rk() + up4(rows); }  // [rows] ring sum against q_t
+  __host__ __device__ int off_v() const { return off_rq() + up4(rows); }   // [rows] v_t of the tile's rows
   // The keys and weighted u of the entries (reconstruct: fp32 values of the rebuild; inner flush: the flush terms'
   // operands staged in flush_arith, F rows per entry, numeric/arith.h).
-  __host__ __device__ int off_keys() const { return off_rq() + up4(rows); }  // [E·F, up4(K)] k_e
+  __host__ __device__ int off_keys() const { return off_v() + up4(rows); }  // [E·F, up4(K)] k_e
   __host__ __device__ int off_uw() const { return off_keys() + E * F * up4(K); }  // [E·F, rows] weight·u_e per row
   // Non-flush steps of the inner route stage the streamed copy here (bulk_stages > 0): the region of the keys and
-  // weighted u above, which only reconstruct and flush steps use, then v_t of the tile's rows.
+  // weighted u above, which only reconstruct and flush steps use.
   __host__ __device__ int off_stage() const { return off_keys(); }        // [S] the stages
-  __host__ __device__ int off_v() const { return off_keys() + S; }        // [rows] v_t (bulk streams)
   __host__ __device__ int floats() const {
-    const int a = off_uw() + E * F * rows, b = S > 0 ? off_v() + up4(rows) : 0;
+    const int a = off_uw() + E * F * rows, b = off_stage() + S;
     return a > b ? a : b;
   }
 };
@@ -122,8 +122,8 @@ __device__ inline void issue_stage(const T* row0, int K, int v_begin, int v_end,
 
 // kBulk (inner-route non-flush steps with bulk_stages > 0): the chunks come from shared-memory stages the bulk
 // copies fill (the first issued by replay_step when the cursor is read), v_t from shared memory; no L2 prefetches.
-template <class T, class R, bool kInner, bool kFlush, int kL, class A, bool kSR, bool kArith, bool kBulk = false>
-__device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, R* rd, const A* v, const float* smem,
+template <class T, class R, bool kInner, bool kFlush, int kL, bool kSR, bool kArith, bool kBulk = false>
+__device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, R* rd, const float* smem,
                             const ReplaySmem& L) {
   constexpr int kVec = StateVec<T>::kVec;
   float kv[kVec], qv[kVec], kbv[kVec];
@@ -147,18 +147,17 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
   static_assert(!kBulk || (kInner && !kFlush), "bulk streams are the inner route's non-flush steps");
   constexpr bool kAhead = kInner && !kFlush && !kBulk;
   uint4 qa[kUnroll];
-  float va[kUnroll];
-  const auto load_raw = [&](int i0, uint4 (&q)[kUnroll], float (&vq)[kUnroll]) {
+  const float* s_v = smem + L.off_v();  // v_t by tile row: read by the lane that finishes a row, not by all its lanes
+  const auto load_raw = [&](int i0, uint4 (&q)[kUnroll]) {
     const T* r0 = src + static_cast<long long>(i0 + t.rsub) * t.K;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int i = i0 + u * t.rows_per_pass + t.rsub;
       const bool live = i < t.v_end;
       q[u] = live ? __ldcs(reinterpret_cast<const uint4*>(r0 + u * kPass)) : make_uint4(0, 0, 0, 0);
-      vq[u] = live ? to_f32(v[i]) : 0.0f;
     }
   };
-  if constexpr (kAhead) load_raw(t.v_begin, qa, va);
+  if constexpr (kAhead) load_raw(t.v_begin, qa);
   const T* const row0 = src - t.c * kVec;  // row 0 of the head, lane 0
   const int ahead = t.l2_ahead >= 0 ? (t.l2_ahead + 2) * span : 0;  // the prefetch window's end, rows past i0
   for (int i0 = t.v_begin; i0 < t.v_end; i0 += span) {
@@ -176,21 +175,21 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
       pipe::mbar_wait(t.bar + st, static_cast<uint32_t>((n / t.stages) & 1));
       const uint4* sp = reinterpret_cast<const uint4*>(reinterpret_cast<const char*>(stage_base) + st * kStageBytes);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) StateVec<T>::unpack(sp[threadIdx.x + u * kThreads], s[u]), vv[u] = smem[L.off_v() + il[u]];
+      for (int u = 0; u < kUnroll; ++u) StateVec<T>::unpack(sp[threadIdx.x + u * kThreads], s[u]);
       __syncthreads();  // every thread has the stage in registers: refill it
       if (threadIdx.x == 0 && i0 + t.stages * span < t.v_end)
         issue_stage(row0, t.K, t.v_begin, t.v_end, span, n + t.stages, t.stages, stage_base, t.bar);
     } else if constexpr (kAhead) {
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) StateVec<T>::unpack(qa[u], s[u]), vv[u] = va[u];  // zero bits: 0.0f
-      if (i0 + span < t.v_end) load_raw(i0 + span, qa, va);
+      for (int u = 0; u < kUnroll; ++u) StateVec<T>::unpack(qa[u], s[u]);  // zero bits: 0.0f
+      if (i0 + span < t.v_end) load_raw(i0 + span, qa);
     } else {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {  // every load first: kUnroll independent 16-byte loads in flight
         const int i = i0 + u * t.rows_per_pass + t.rsub;
         if (i < t.v_end) {
           StateVec<T>::load(r0 + u * kPass, s[u]);
-          vv[u] = to_f32(v[i]);
+          vv[u] = s_v[il[u]];
         } else {
 #pragma unroll
           for (int k = 0; k < kVec; ++k) s[u][k] = 0.0f;
@@ -263,8 +262,9 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
         for (int n = 0; n < kUnroll; ++n)
           if (n < r.count && r.owner) {
             const int u = r.first + n;
+            const int ilu = min(i0 + u * t.rows_per_pass + t.rsub, t.v_end - 1) - t.v_begin;  // rows past the tile: dropped
             float ujv, ov;
-            finish(dk[n], dq[n], pick(vv, u), pick(il, u), ujv, ov);
+            finish(dk[n], dq[n], s_v[ilu], ilu, ujv, ov);
             emit(u, ov, ujv);
           }
       }
@@ -400,16 +400,10 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     }
   }
 
-  if (tid == 0) {  // ring cursor hand-off (see the top of this file)
+  if (tid == 0) {  // ring cursor hand-off (see the top of this file); the arrival comes once j is known
     int f = __ldcg(&l.d_fill[slot]);     // L2: the last writer ran on another SM
     f = min(max(f, 0), l.interval - 1);  // a corrupt cursor must not send ring writes out of bounds
     s_fill = f;
-    __threadfence();
-    if (atomicAdd(&l.d_arrive[slot], 1) == per_row - 1) {
-      __threadfence();
-      l.d_arrive[slot] = 0;
-      l.d_fill[slot] = f + 1 >= l.interval ? 0 : f + 1;
-    }
     if (stages > 0 && f + 1 < l.interval) {  // a non-flush bulk stream: its first chunks start now, under the prologue
       for (int n = 0; n < stages; ++n) pipe::mbar_init(&s_bar[n], 1);
       pipe::mbar_init_fence();
@@ -419,9 +413,16 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     }
   }
 
+  // The prologue is a chain of reads that wait on each other: the cursor, then the ring entries it selects. Under a
+  // saturated memory system each read waits behind the stream for microseconds, and the stream's CTAs per SM sit
+  // idle for the chain's length, so the reads are issued in two waves: the cursor with q_t, k_t and the gate's
+  // inputs, then, once j is known, every ring read at once (G, the warp's first keys, the thread's row of u).
+  const GateIn<A> gin = gate_in<A>(a, row, h);
+  const A* v = static_cast<const A*>(a.d_v) + row * or_default(a.v_stride, static_cast<long long>(HV) * V) +
+               static_cast<long long>(h) * V;
+  const int i_own = v_begin + tid;  // the thread's first row of the tile (the ring sums, v_t)
+  const A v_own = i_own < v_end ? v[i_own] : A(0.0f);
   load_normalised<A>(a, row, hk, smem + L.off_q(), smem + L.off_k(), smem + L.off_red());  // ends in a barrier
-  const Gate gt = gate_of<A>(a, row, h);
-  for (int n = tid; n < K; n += kThreads) smem[L.off_kb() + n] = round_bf16(smem[L.off_k() + n]);
   const int cap = l.capacity;
   const float* rG = l.d_ring_G + static_cast<long long>(slot) * cap * HV + h;                               // + e·HV
   const uint16_t* ru = l.d_ring_u + static_cast<long long>(slot) * cap * HV * V + static_cast<long long>(h) * V;  // + e·HV·V
@@ -429,7 +430,34 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   const int j = s_fill;  // the current token's entry
   const bool flush = j + 1 == l.interval;
   const int nent = j + 1;
+  int arrivals = 0;
+  if (tid == 0) {  // the cursor was read (a value in hand) before the arrival: the last arriver may advance it
+    __threadfence();
+    arrivals = atomicAdd(&l.d_arrive[slot], 1);
+  }
   const float G_prev = j > 0 ? rG[static_cast<long long>(j - 1) * HV] : 0.0f;
+  const float G_own = tid < j ? rG[static_cast<long long>(tid) * HV] : 0.0f;  // entry tid's (the weights' thread)
+  constexpr int kKeysAhead = 4;  // entries per warp whose keys are read in the wave (intervals up to 16: all)
+  uint4 key_pre[kKeysAhead];
+#pragma unroll
+  for (int m = 0; m < kKeysAhead; ++m) {
+    const int e = warp + m * kWarps;
+    key_pre[m] = e < j && lane * 8 < K ? *reinterpret_cast<const uint4*>(rk + static_cast<long long>(e) * HK * K + lane * 8)
+                                       : make_uint4(0, 0, 0, 0);
+  }
+  constexpr int kUAhead = 16;  // entries of the thread's first row of u read in the wave
+  uint16_t u_pre[kUAhead];
+#pragma unroll
+  for (int e = 0; e < kUAhead; ++e)
+    u_pre[e] = e < j && i_own < v_end ? ru[static_cast<long long>(e) * HV * V + i_own] : uint16_t(0);
+  if (tid == 0 && arrivals == per_row - 1) {
+    __threadfence();
+    l.d_arrive[slot] = 0;
+    l.d_fill[slot] = j + 1 >= l.interval ? 0 : j + 1;
+  }
+
+  const Gate gt = gate_from<A>(gin);
+  for (int n = tid; n < K; n += kThreads) smem[L.off_kb() + n] = round_bf16(smem[L.off_k() + n]);
   const float G_t = G_prev + gt.g;
   __syncthreads();  // bf16(k_t) visible
   if (stages > 0 && flush) {  // the prefetch a register stream starts before the prologue, now that j is known
@@ -439,16 +467,17 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   }
 
   // Keys of the entries: dots with k_t and q_t (inner route), fp32 copies where the stream needs them (reconstruct
-  // route, and the inner route's flush). One warp per entry, 8 bf16 per lane per 16-byte load.
+  // route, and the inner route's flush). One warp per entry, 8 bf16 per lane per 16-byte load; `pre`: the entry's
+  // first 16 bytes of the lane, read in the wave above.
   const bool keep_keys = !kInner || flush;
   const int ldk = ReplaySmem::up4(K);
-  for (int e = warp; e < nent; e += kWarps) {
-    if (!kInner && e == j) break;  // warp-uniform: the reconstruct route needs no dots and no copy of entry j
+  const auto key_entry = [&](int e, const uint4* pre) {
+    if (!kInner && e == j) return;  // warp-uniform: the reconstruct route needs no dots and no copy of entry j
     float dk = 0.0f, dq = 0.0f;
     for (int n = lane * 8; n < K; n += 32 * 8) {
       float b[8];
       if (e < j) {
-        const uint4 q = *reinterpret_cast<const uint4*>(rk + static_cast<long long>(e) * HK * K + n);
+        const uint4 q = pre && n == lane * 8 ? *pre : *reinterpret_cast<const uint4*>(rk + static_cast<long long>(e) * HK * K + n);
         const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) b[2 * i] = __uint_as_float(w[i] << 16), b[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
@@ -474,10 +503,14 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
       dq = row_sum(dq, 32);
       if (lane == 0) smem[L.off_kk() + e] = dk, smem[L.off_kq() + e] = dq;
     }
-  }
+  };
+#pragma unroll
+  for (int m = 0; m < kKeysAhead; ++m)
+    if (warp + m * kWarps < nent) key_entry(warp + m * kWarps, &key_pre[m]);
+  for (int e = warp + kKeysAhead * kWarps; e < nent; e += kWarps) key_entry(e, nullptr);
   __syncthreads();
   for (int e = tid; e < nent; e += kThreads) {
-    const float Ge = e < j ? rG[static_cast<long long>(e) * HV] : G_t;
+    const float Ge = e < j ? (e == tid ? G_own : rG[static_cast<long long>(e) * HV]) : G_t;
     if constexpr (kInner) {
       smem[L.off_wk() + e] = e < j ? expf(G_prev - Ge) * smem[L.off_kk() + e] : 0.0f;
       smem[L.off_wq() + e] = expf(G_t - Ge) * smem[L.off_kq() + e];
@@ -489,16 +522,13 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   __syncthreads();
 
   // Per row of the tile: the ring sums (inner) and the weighted u_e the stream folds in (reconstruct; inner flush);
-  // v_t for a bulk stream.
-  const A* v = static_cast<const A*>(a.d_v) + row * or_default(a.v_stride, static_cast<long long>(HV) * V) +
-               static_cast<long long>(h) * V;
+  // v_t for the stream. Entries in order; the thread's first row's first kUAhead (and v_t) from the waves above.
   for (int i = v_begin + tid; i < v_end; i += kThreads) {
     const int il = i - v_begin;
-    if (stages > 0 && !flush) smem[L.off_v() + il] = to_f32(v[i]);
+    smem[L.off_v() + il] = to_f32(i == i_own ? v_own : v[i]);
     float ak = 0.0f, aq = 0.0f;
-#pragma unroll 4
-    for (int e = 0; e < j; ++e) {
-      const float ue = bf16_bits_to_float(ru[static_cast<long long>(e) * HV * V + i]);
+    const auto term = [&](int e, uint16_t bits) {
+      const float ue = bf16_bits_to_float(bits);
       if constexpr (kInner) {
         ak = fmaf(smem[L.off_wk() + e], ue, ak);
         aq = fmaf(smem[L.off_wq() + e], ue, aq);
@@ -508,7 +538,13 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
       } else {
         smem[L.off_uw() + e * tile_rows + il] = smem[L.off_wk() + e] * ue;
       }
-    }
+    };
+    const bool own = i == i_own;
+#pragma unroll
+    for (int e = 0; e < kUAhead; ++e)
+      if (e < j) term(e, own ? u_pre[e] : ru[static_cast<long long>(e) * HV * V + i]);
+#pragma unroll 4
+    for (int e = kUAhead; e < j; ++e) term(e, ru[static_cast<long long>(e) * HV * V + i]);
     if constexpr (kInner) smem[L.off_rk() + il] = ak, smem[L.off_rq() + il] = aq;
   }
   if (!flush) {
@@ -542,20 +578,20 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     Src* src = static_cast<Src*>(kDual ? l.d_read : l.d_ckpt) + head_off + t.c * kVec;
     if constexpr (kInner) {
       if (stages > 0) {
-        stream_tile<Src, void, true, false, kK / StateVec<Src>::kVec, A, false, false, true>(l, t, src, nullptr, v, smem, L);
+        stream_tile<Src, void, true, false, kK / StateVec<Src>::kVec, false, false, true>(l, t, src, nullptr, smem, L);
         return;
       }
     }
-    stream_tile<Src, void, kInner, false, kK / StateVec<Src>::kVec, A, false, false>(l, t, src, nullptr, v, smem, L);
+    stream_tile<Src, void, kInner, false, kK / StateVec<Src>::kVec, false, false>(l, t, src, nullptr, smem, L);
   } else {
     constexpr int kVec = StateVec<CK>::kVec;
     t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
     CK* ck = static_cast<CK*>(l.d_ckpt) + head_off + t.c * kVec;
     if constexpr (kDual) {
       RD* rd = static_cast<RD*>(l.d_read) + head_off + t.c * kVec;
-      stream_tile<CK, RD, kInner, true, kK / StateVec<CK>::kVec, A, kSR, kArith>(l, t, ck, rd, v, smem, L);
+      stream_tile<CK, RD, kInner, true, kK / StateVec<CK>::kVec, kSR, kArith>(l, t, ck, rd, smem, L);
     } else {
-      stream_tile<CK, void, kInner, true, kK / StateVec<CK>::kVec, A, kSR, kArith>(l, t, ck, nullptr, v, smem, L);
+      stream_tile<CK, void, kInner, true, kK / StateVec<CK>::kVec, kSR, kArith>(l, t, ck, nullptr, smem, L);
     }
   }
 }
@@ -576,6 +612,15 @@ __global__ void __launch_bounds__(kThreads, kInnerMinBlocks) gdn_replay_inner32_
   replay_step<A, CK, RD, true, kK, kSR, kArith>(l, vtiles);
 }
 
+// The reconstruct route on a shared fp32 checkpoint with a floor of 5 resident CTAs per SM: reading the prologue's
+// ring entries in one wave (replay_step) took it from 96 to 111 registers, 5 -> 4 CTAs per SM. The 16-bit and dual
+// instantiations spill 20-40 bytes under this floor and keep the kernel above.
+constexpr int kRecMinBlocks = 5;
+template <class A, class CK, class RD, int kK>
+__global__ void __launch_bounds__(kThreads, kRecMinBlocks) gdn_replay_rec_kernel(GdnReplayLaunch l, int vtiles) {
+  replay_step<A, CK, RD, false, kK, false, false>(l, vtiles);
+}
+
 template <class A, class CK, class RD>
 void launch_replay(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
   const long long blocks = static_cast<long long>(l.step.batch) * l.step.dims.HV * vtiles;
@@ -591,8 +636,11 @@ void launch_replay(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
   const bool inner = l.route == GdnRoute::Inner;
   void (*kernel)(GdnReplayLaunch, int) = nullptr;
   if (!inner) {
-    kernel = preset ? gdn_replay_kernel<A, CK, RD, false, kPresetK, false, false>
-                    : gdn_replay_kernel<A, CK, RD, false, 0, false, false>;
+    if constexpr (sizeof(CK) == 4 && std::is_void<RD>::value)
+      kernel = preset ? gdn_replay_rec_kernel<A, CK, RD, kPresetK> : gdn_replay_rec_kernel<A, CK, RD, 0>;
+    else
+      kernel = preset ? gdn_replay_kernel<A, CK, RD, false, kPresetK, false, false>
+                      : gdn_replay_kernel<A, CK, RD, false, 0, false, false>;
   } else if constexpr (sizeof(CK) == 4) {
     kernel = preset ? gdn_replay_inner32_kernel<A, CK, RD, kPresetK, false, false>
                     : gdn_replay_inner32_kernel<A, CK, RD, 0, false, false>;
