@@ -85,9 +85,14 @@ __device__ inline Gate gate_of(const GdnStepArgs& a, int row, int h) {
 
 // q_t and k_t of key head hk of one row, L2-normalised into shared memory (s_q includes the 1/sqrt(K) scale).
 // The sums of squares are per-thread partial sums, then warp trees, then the warps in order (the CPU sums in
-// sequence: the contract's bounded difference). s_red: 2·kWarps floats. Ends with __syncthreads.
-template <class A>
-__device__ inline void load_normalised(const GdnStepArgs& a, int row, int hk, float* s_q, float* s_k, float* s_red) {
+// sequence: the contract's bounded difference). s_red: 2·kWarps floats. Ends with __syncthreads. `between` runs
+// between its two barriers: shared-memory writes there are visible when it returns, without a barrier of their own.
+struct NoOp {
+  __device__ void operator()() const {}
+};
+template <class A, class F = NoOp>
+__device__ inline void load_normalised(const GdnStepArgs& a, int row, int hk, float* s_q, float* s_k, float* s_red,
+                                       F between = F()) {
   const int K = a.dims.K, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const long long qks = or_default(a.qk_stride, static_cast<long long>(a.dims.HK) * K);
   const A* q = static_cast<const A*>(a.d_q) + row * qks + static_cast<long long>(hk) * K;
@@ -109,6 +114,7 @@ __device__ inline void load_normalised(const GdnStepArgs& a, int row, int hk, fl
   const float qscale = 1.0f / sqrtf(static_cast<float>(K));
   const float iq = l2norm_factor<float>(tq, a.eps, qscale), ik = l2norm_factor<float>(tk, a.eps, 1.0f);
   for (int i = tid; i < K; i += kThreads) s_q[i] *= iq, s_k[i] *= ik;
+  between();
   __syncthreads();
 }
 

@@ -90,9 +90,14 @@ __global__ void __launch_bounds__(kThreads, sizeof(S) == 4 ? 7 : 4)
   uint4 q[kUnroll];
   float vv[kUnroll];
   load(base, v0, v_begin, q, vv);
-  if (threadIdx.x < hpc) s_gate[threadIdx.x] = gate_of<A>(a, row, h0 + threadIdx.x);  // visible after the barriers below
+  // The gates' inputs read now and used after q and k arrive: read and used at once, they put a second latency before
+  // the first threads' q and k reads, which the CTA's first barrier waits for.
+  GateIn<A> gin{};
+  if (threadIdx.x < hpc) gin = gate_in<A>(a, row, h0 + threadIdx.x);
   float* s_k = s_q + K;
-  load_normalised<A>(a, row, h0 / vpk, s_q, s_k, s_k + K);
+  load_normalised<A>(a, row, h0 / vpk, s_q, s_k, s_k + K, [&] {
+    if (threadIdx.x < hpc) s_gate[threadIdx.x] = gate_from(gin);
+  });
 
   float kv[kVec], qv[kVec];
 #pragma unroll
