@@ -160,18 +160,8 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
   if constexpr (kAhead) load_raw(t.v_begin, qa);
   const T* const row0 = src - t.c * kVec;  // row 0 of the head, lane 0
   const int ahead = t.l2_ahead >= 0 ? (t.l2_ahead + 2) * span : 0;  // the prefetch window's end, rows past i0
-  // The rolling prefetch: at chunk i0, the chunk whose rows start at i0 + ahead − span (the first l2_ahead + 2 were
-  // sent before the prologue). A chunk is kThreads·16·kUnroll bytes, 128-byte lines 0 .. kChunkLines−1: thread tid <
-  // kChunkLines sends line tid while that line's first row is in the tile. A pointer stepped by a chunk per pass, not
-  // prefetch_rows' 64-bit row arithmetic and loop (this runs once per chunk in every thread of the step).
-  constexpr int kChunkLines = kThreads * 16 * kUnroll / 128;
-  const int pf_row = static_cast<int>(threadIdx.x) * 128 / (t.K * static_cast<int>(sizeof(T)));  // the line's first row in its chunk
-  const char* pf = reinterpret_cast<const char*>(row0 + static_cast<long long>(t.v_begin + ahead) * t.K) + threadIdx.x * 128;
   for (int i0 = t.v_begin; i0 < t.v_end; i0 += span) {
-    if (!kBulk && ahead > 0 && i0 != t.v_begin) {
-      if (threadIdx.x < kChunkLines && i0 + ahead - span + pf_row < t.v_end) asm volatile("prefetch.global.L2 [%0];" ::"l"(pf));
-      pf += kChunkLines * 128;
-    }
+    if (!kBulk && ahead > 0 && i0 != t.v_begin) prefetch_rows(row0, t.K, i0 + ahead - span, min(i0 + ahead, t.v_end));
     float s[kUnroll][kVec], vv[kUnroll], uj[kUnroll];
     int il[kUnroll];
     [[maybe_unused]] T* r0 = src + static_cast<long long>(i0 + t.rsub) * t.K;
