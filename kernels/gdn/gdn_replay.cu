@@ -121,7 +121,7 @@ __device__ inline void issue_stage(const T* row0, int K, int v_begin, int v_end,
 }
 
 // kBulk (inner-route non-flush steps with bulk_stages > 0): the chunks come from shared-memory stages the bulk
-// copies fill (the first issued by replay_step when the cursor is read), v_t from shared memory; no L2 prefetches.
+// copies fill (the first issued by replay_step when the cursor is read); no L2 prefetches.
 template <class T, class R, bool kInner, bool kFlush, int kL, bool kSR, bool kArith, bool kBulk = false>
 __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, R* rd, const float* smem,
                             const ReplaySmem& L) {
@@ -373,8 +373,8 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   const long long head_off = (static_cast<long long>(slot) * HV + h) * V * K;
   const int src_span = kThreads / (K / StateVec<Src>::kVec) * kUnroll;  // rows of a non-flush chunk
   if (stages == 0) {
-    // Start the tile's state on its way into L2 now: the prologue below is a chain of dependent small loads
-    // (fill, ring, weights). The whole tile (l2_ahead < 0), or the chunks the stream will load first, the rest
+    // Start the tile's state on its way into L2 now: the prologue below waits on two waves of small reads (the
+    // cursor, then the ring entries it selects). The whole tile (l2_ahead < 0), or the chunks the stream will load first, the rest
     // prefetched by the stream as it goes. A hint only (a dual flush step streams the update copy instead, 1 step in
     // `interval`).
     const int end = l.l2_ahead < 0 ? v_end : min(v_end, v_begin + (l.l2_ahead + 2) * src_span);
@@ -625,15 +625,14 @@ template <class A, class CK, class RD>
 void launch_replay(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
   const long long blocks = static_cast<long long>(l.step.batch) * l.step.dims.HV * vtiles;
   if (blocks > 0x7FFFFFFFLL) bad_launch("gdn_replay_step", "batch · HV · tiles exceeds the grid limit");
-  const bool inner_route = l.route == GdnRoute::Inner;
+  const bool inner = l.route == GdnRoute::Inner;
   const ReplaySmem L{l.step.dims.K, l.interval, (l.step.dims.V + vtiles - 1) / vtiles,
-                     inner_route ? flush_terms(l.flush_arith) : 1, inner_route ? l.bulk_stages * kStageBytes / 4 : 0};
+                     inner ? flush_terms(l.flush_arith) : 1, inner ? l.bulk_stages * kStageBytes / 4 : 0};
   const size_t bytes = static_cast<size_t>(L.floats()) * sizeof(float);
   if (bytes > 227 * 1024)
     bad_launch("gdn_replay_step", "needs " + std::to_string(bytes) + " bytes of shared memory (over 227 KiB): lower "
                "the interval, or a flush_arith other than 3xtf32 (three staged terms per entry)");
   const bool preset = l.step.dims.K == kPresetK;
-  const bool inner = l.route == GdnRoute::Inner;
   void (*kernel)(GdnReplayLaunch, int) = nullptr;
   if (!inner) {
     if constexpr (sizeof(CK) == 4 && std::is_void<RD>::value)
