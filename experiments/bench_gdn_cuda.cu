@@ -12,9 +12,8 @@
 //     --once    one iteration of one repetition per case (for ncu: few launches to replay)
 //     --eager_tune  adds eager rows at batch 64 and 256 over the eager tunables (heads per CTA 1, HV/HK; L2 prefetch
 //               ahead -1 = whole tile, 0, 1, 2, 4 chunks), named .../hpc:H/l2:D/batch:B
-//     --replay_tune  adds interval-16 replay rows at batch 256 over the inner route's bulk-copy stages (0 = the
-//               register stream, 1, 2, 3, 4, 6) and the reconstruct route's L2 prefetch distance (-1, 0, 1, 2, 4),
-//               named .../stages:S/batch:256 and .../l2:D/batch:256
+//     --replay_tune  adds interval-16 replay rows at batch 256 over the L2 prefetch distance (-1 = whole tile,
+//               0, 1, 2, 4 chunks), named .../l2:D/batch:256
 //   JSON: --benchmark_out=FILE --benchmark_out_format=json (context: GPU, driver, git commit, ceilings, geometry).
 //
 // Method (KERNELS.md "Measuring like the peers were measured"), as bench_mamba2_cuda: inputs and state already on
@@ -75,7 +74,6 @@ struct Config {
   int batch;
   bool tuned = false;  // tunables set (named in the case), else the launch structs' defaults
   int hpc = 0, l2 = 1;  // GdnEagerLaunch::heads_per_cta; l2_ahead of either launch
-  int stages = -1;      // GdnReplayLaunch::bulk_stages (>= 0: set and named instead of l2)
 };
 
 const char* kind_name(Kind k) {
@@ -94,7 +92,7 @@ std::string bench_name(const Config& c) {
   s += "/" + (c.scheme == Scheme::Dual ? "fp32+" + format_name(c.state) : format_name(c.state));
   if (c.scheme != Scheme::Eager) s += "/K" + std::to_string(c.interval) + "/" + kind_name(c.kind);
   if (c.tuned && c.scheme == Scheme::Eager) s += "/hpc:" + std::to_string(c.hpc);
-  if (c.tuned) s += c.stages >= 0 ? "/stages:" + std::to_string(c.stages) : "/l2:" + std::to_string(c.l2);
+  if (c.tuned) s += "/l2:" + std::to_string(c.l2);
   return s + "/batch:" + std::to_string(c.batch);
 }
 
@@ -180,8 +178,7 @@ void bm_step(benchmark::State& st, Config c) {
   lr.step = a, lr.interval = KI, lr.capacity = cap, lr.route = c.route;
   lr.ckpt_format = dual ? Format::FP32 : c.state, lr.d_ckpt = ck.p;
   lr.dual = dual, lr.read_format = c.state, lr.d_read = dual ? rd.p : nullptr;
-  if (c.tuned && c.stages >= 0) lr.bulk_stages = c.stages;
-  else if (c.tuned) lr.l2_ahead = c.l2;
+  if (c.tuned) lr.l2_ahead = c.l2;
   lr.d_ring_u = ru.p, lr.d_ring_k = rk.p, lr.d_ring_G = rG.p, lr.d_fill = fill.p, lr.d_arrive = arrive.p;
 
   // The step sequence of one graph: per step, the fill it starts from (-1: leave the cursor to the kernel).
@@ -301,17 +298,12 @@ void register_all() {
     };
     for (R r : {R{Scheme::Replay, kInner, Format::FP32}, R{Scheme::Replay, kRec, Format::FP32},
                 R{Scheme::Replay, kInner, Format::BF16}, R{Scheme::Dual, kInner, Format::BF16}})
-      for (int v : {-1, 0, 1, 2, 3, 4, 6}) {
-        const bool inner = r.route == kInner;
-        if ((inner && v < 0) || (!inner && v > 4) || (!inner && v == 3)) continue;
+      for (int l2 : {-1, 0, 1, 2, 4})
         for (Kind k : {Kind::Nonflush, Kind::Flush, Kind::Amortised}) {
           Config c{r.sc, r.route, r.f, k, 16, 256};
-          c.tuned = true;
-          (inner ? c.stages : c.l2) = v;
-          if (inner && k == Kind::Flush && v > 0) continue;  // flush steps stream through registers at any stage count
+          c.tuned = true, c.l2 = l2;
           add(c);
         }
-      }
   }
   struct S {
     Scheme sc;

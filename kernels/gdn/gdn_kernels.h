@@ -121,16 +121,10 @@ struct GdnReplayLaunch {
   // reconstruct 297 -> 259; dual 169 -> 159 (benchmarks/experiments/gdn_l2_ahead.h200.json).
   int l2_ahead = 0;
   int v_tiles = 0;  // CTAs per (row, value head), 1..V; 0 = gdn_v_tiles' choice
-  // Tunable, inner route: non-flush steps move the streamed copy into shared memory with bulk asynchronous copies
-  // (cp.async.bulk, the copy engine: no registers held while they fly), bulk_stages chunks of 8 KiB in flight per
-  // CTA, the first issued as soon as the ring cursor is read so they land under the prologue; 0 = the register
-  // stream (16-byte loads, two chunks in flight, the L2 prefetches above). Flush steps stream through registers.
-  int bulk_stages = 0;
 };
 
 // Largest interval a replay launch accepts (per-entry weights and the flush's keys live in shared memory).
 constexpr int kGdnMaxInterval = 64;
-constexpr int kGdnMaxBulkStages = 8;  // GdnReplayLaunch::bulk_stages
 
 void gdn_eager_step(const GdnEagerLaunch& launch, cudaStream_t stream);
 void gdn_replay_step(const GdnReplayLaunch& launch, cudaStream_t stream);

@@ -37,7 +37,6 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
-#include "common/pipeline.cuh"
 #include "gdn/gdn_device.cuh"
 
 namespace rssm {
@@ -46,7 +45,6 @@ namespace gdn {
 // Shared memory of one CTA, in floats. Regions start on 16-byte boundaries (keys are read as float4).
 struct ReplaySmem {
   int K, E, rows, F;  // E = interval (largest number of entries), rows = tile rows, F = flush terms per entry
-  int S = 0;          // floats of the bulk-copy stages (GdnReplayLaunch::bulk_stages · kStageBytes / 4; 0: none)
   __host__ __device__ static int up4(int n) { return (n + 3) & ~3; }
   __host__ __device__ int off_q() const { return 0; }                    // [K] normalised q_t (scaled)
   __host__ __device__ int off_k() const { return up4(K); }               // [K] normalised k_t
@@ -65,24 +63,13 @@ struct ReplaySmem {
   // operands staged in flush_arith, F rows per entry, numeric/arith.h).
   __host__ __device__ int off_keys() const { return off_v() + up4(rows); }  // [E·F, up4(K)] k_e
   __host__ __device__ int off_uw() const { return off_keys() + E * F * up4(K); }  // [E·F, rows] weight·u_e per row
-  // Non-flush steps of the inner route stage the streamed copy here (bulk_stages > 0): the region of the keys and
-  // weighted u above, which only reconstruct and flush steps use.
-  __host__ __device__ int off_stage() const { return off_keys(); }        // [S] the stages
-  __host__ __device__ int floats() const {
-    const int a = off_uw() + E * F * rows, b = off_stage() + S;
-    return a > b ? a : b;
-  }
+  __host__ __device__ int floats() const { return off_uw() + E * F * rows; }
 };
-
-// One bulk-copy stage: a chunk of the stream (kThreads threads × kUnroll 16-byte vectors), 8 KiB whatever the format.
-constexpr int kStageBytes = kThreads * 16 * kUnroll;
 
 // Everything the stream phase needs, per CTA.
 struct TileCtx {
   int K, HV, V, h, row, slot, cap, j, c, rsub, lanes, rows_per_pass, v_begin, v_end;
   int l2_ahead;  // GdnReplayLaunch::l2_ahead (>= 0: the stream's rolling prefetch)
-  int stages;    // GdnReplayLaunch::bulk_stages of a bulk stream (stream_tile's kBulk)
-  uint64_t* bar; // [stages] the stages' full barriers
   int F;     // the inner flush's terms per entry (flush_terms of fa)
   Arith fa;  // the inner flush's arithmetic
   long long os;
@@ -108,21 +95,7 @@ __device__ inline void load_f32(const float* p, float v[kVec]) {
 // kSR (flush steps): the stores round stochastically, row i's vector at element t.elem0 + i·K. kArith: the flush
 // folds in t.fa with t.F terms per entry; false: fp32, one term (the fold the timed kernels run, nothing staged at
 // run time).
-// Chunk n of a bulk stream (rows v_begin + n·span on, at most span of them) into stage n % stages, counted against
-// that stage's barrier. One thread issues it.
-template <class T>
-__device__ inline void issue_stage(const T* row0, int K, int v_begin, int v_end, int span, int n, int stages,
-                                   float* stage_base, uint64_t* bar) {
-  const int r0 = v_begin + n * span, rows = min(span, v_end - r0), st = n % stages;
-  const uint32_t bytes = static_cast<uint32_t>(rows) * K * sizeof(T);
-  pipe::mbar_arrive_expect_tx(bar + st, bytes);
-  pipe::bulk_load(reinterpret_cast<char*>(stage_base) + st * kStageBytes, row0 + static_cast<long long>(r0) * K, bytes,
-                  bar + st);
-}
-
-// kBulk (inner-route non-flush steps with bulk_stages > 0): the chunks come from shared-memory stages the bulk
-// copies fill (the first issued by replay_step when the cursor is read); no L2 prefetches.
-template <class T, class R, bool kInner, bool kFlush, int kL, bool kSR, bool kArith, bool kBulk = false>
+template <class T, class R, bool kInner, bool kFlush, int kL, bool kSR, bool kArith>
 __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, R* rd, const float* smem,
                             const ReplaySmem& L) {
   constexpr int kVec = StateVec<T>::kVec;
@@ -144,8 +117,7 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
   // non-flush step 247 -> 224 us; the reconstruct route's rebuild holds too many registers for a second chunk (its
   // amortised step went 271 -> 328 us with it: benchmarks/experiments/gdn_double_buffer_both_routes.h200.json) and
   // flush steps have the fold's: they load each chunk when they reach it.
-  static_assert(!kBulk || (kInner && !kFlush), "bulk streams are the inner route's non-flush steps");
-  constexpr bool kAhead = kInner && !kFlush && !kBulk;
+  constexpr bool kAhead = kInner && !kFlush;
   uint4 qa[kUnroll];
   const float* s_v = smem + L.off_v();  // v_t by tile row: read by the lane that finishes a row, not by all its lanes
   const auto load_raw = [&](int i0, uint4 (&q)[kUnroll]) {
@@ -161,25 +133,14 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
   const T* const row0 = src - t.c * kVec;  // row 0 of the head, lane 0
   const int ahead = t.l2_ahead >= 0 ? (t.l2_ahead + 2) * span : 0;  // the prefetch window's end, rows past i0
   for (int i0 = t.v_begin; i0 < t.v_end; i0 += span) {
-    if (!kBulk && ahead > 0 && i0 != t.v_begin) prefetch_rows(row0, t.K, i0 + ahead - span, min(i0 + ahead, t.v_end));
+    if (ahead > 0 && i0 != t.v_begin) prefetch_rows(row0, t.K, i0 + ahead - span, min(i0 + ahead, t.v_end));
     float s[kUnroll][kVec], vv[kUnroll], uj[kUnroll];
     int il[kUnroll];
     [[maybe_unused]] T* r0 = src + static_cast<long long>(i0 + t.rsub) * t.K;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)  // rows past the tile read a valid slot; their results are dropped
       il[u] = min(i0 + u * t.rows_per_pass + t.rsub, t.v_end - 1) - t.v_begin;
-    if constexpr (kBulk) {
-      // The chunk's vectors lie in the stage as in global memory: thread tid's u-th is vector tid + u·kThreads.
-      const int n = (i0 - t.v_begin) / span, st = n % t.stages;
-      float* stage_base = const_cast<float*>(smem) + L.off_stage();
-      pipe::mbar_wait(t.bar + st, static_cast<uint32_t>((n / t.stages) & 1));
-      const uint4* sp = reinterpret_cast<const uint4*>(reinterpret_cast<const char*>(stage_base) + st * kStageBytes);
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) StateVec<T>::unpack(sp[threadIdx.x + u * kThreads], s[u]);
-      __syncthreads();  // every thread has the stage in registers: refill it
-      if (threadIdx.x == 0 && i0 + t.stages * span < t.v_end)
-        issue_stage(row0, t.K, t.v_begin, t.v_end, span, n + t.stages, t.stages, stage_base, t.bar);
-    } else if constexpr (kAhead) {
+    if constexpr (kAhead) {
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) StateVec<T>::unpack(qa[u], s[u]);  // zero bits: 0.0f
       if (i0 + span < t.v_end) load_raw(i0 + span, qa);
@@ -364,19 +325,17 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   const int tile_rows = (V + vtiles - 1) / vtiles;
   const Arith fa = kInner && kArith ? l.flush_arith : Arith::FP32;  // the launcher allows it on the inner route only
   const int F = kInner && kArith ? flush_terms(fa) : 1;
-  const int stages = kInner ? l.bulk_stages : 0;  // the launcher checks 0..kGdnMaxBulkStages
-  const ReplaySmem L{K, l.interval, tile_rows, F, stages * kStageBytes / 4};
-  __shared__ uint64_t s_bar[kGdnMaxBulkStages];
+  const ReplaySmem L{K, l.interval, tile_rows, F};
   constexpr bool kDual = !std::is_void<RD>::value;
   using Src = typename std::conditional<kDual, RD, CK>::type;  // what a non-flush step reads
   const int v_begin = tile * tile_rows, v_end = min(V, v_begin + tile_rows);
   const long long head_off = (static_cast<long long>(slot) * HV + h) * V * K;
   const int src_span = kThreads / (K / StateVec<Src>::kVec) * kUnroll;  // rows of a non-flush chunk
-  if (stages == 0) {
+  {
     // Start the tile's state on its way into L2 now: the prologue below waits on two waves of small reads (the
-    // cursor, then the ring entries it selects). The whole tile (l2_ahead < 0), or the chunks the stream will load first, the rest
-    // prefetched by the stream as it goes. A hint only (a dual flush step streams the update copy instead, 1 step in
-    // `interval`).
+    // cursor, then the ring entries it selects). The whole tile (l2_ahead < 0), or the chunks the stream will load
+    // first, the rest prefetched by the stream as it goes. A hint only (a dual flush step streams the update copy
+    // instead, 1 step in `interval`).
     const int end = l.l2_ahead < 0 ? v_end : min(v_end, v_begin + (l.l2_ahead + 2) * src_span);
     prefetch_rows(static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) + head_off, K, v_begin, end);
   }
@@ -404,13 +363,6 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     int f = __ldcg(&l.d_fill[slot]);     // L2: the last writer ran on another SM
     f = min(max(f, 0), l.interval - 1);  // a corrupt cursor must not send ring writes out of bounds
     s_fill = f;
-    if (stages > 0 && f + 1 < l.interval) {  // a non-flush bulk stream: its first chunks start now, under the prologue
-      for (int n = 0; n < stages; ++n) pipe::mbar_init(&s_bar[n], 1);
-      pipe::mbar_init_fence();
-      const Src* row0 = static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) + head_off;
-      for (int n = 0; n < stages && v_begin + n * src_span < v_end; ++n)
-        issue_stage(row0, K, v_begin, v_end, src_span, n, stages, smem + L.off_stage(), s_bar);
-    }
   }
 
   // The prologue is a chain of reads that wait on each other: the cursor, then the ring entries it selects. Under a
@@ -460,11 +412,6 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   for (int n = tid; n < K; n += kThreads) smem[L.off_kb() + n] = round_bf16(smem[L.off_k() + n]);
   const float G_t = G_prev + gt.g;
   __syncthreads();  // bf16(k_t) visible
-  if (stages > 0 && flush) {  // the prefetch a register stream starts before the prologue, now that j is known
-    const int span = kThreads / (K / StateVec<CK>::kVec) * kUnroll;
-    prefetch_rows(static_cast<const CK*>(l.d_ckpt) + head_off, K, v_begin,
-                  l.l2_ahead < 0 ? v_end : min(v_end, v_begin + (l.l2_ahead + 2) * span));
-  }
 
   // Keys of the entries: dots with k_t and q_t (inner route), fp32 copies where the stream needs them (reconstruct
   // route, and the inner route's flush). One warp per entry, 8 bf16 per lane per 16-byte load; `pre`: the entry's
@@ -559,7 +506,7 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   TileCtx t;
   t.K = K, t.HV = HV, t.V = V, t.h = h, t.row = row, t.slot = slot, t.cap = cap, t.j = j;
   t.v_begin = v_begin, t.v_end = v_end;
-  t.F = F, t.fa = fa, t.l2_ahead = l.l2_ahead, t.stages = stages, t.bar = s_bar;
+  t.F = F, t.fa = fa, t.l2_ahead = l.l2_ahead;
   if constexpr (kSR) {
     constexpr int kVecCK = StateVec<CK>::kVec;
     t.elem0 = head_off + (tid % (K / kVecCK)) * kVecCK;  // the flush streams the checkpoint's rows
@@ -576,12 +523,6 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     constexpr int kVec = StateVec<Src>::kVec;
     t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
     Src* src = static_cast<Src*>(kDual ? l.d_read : l.d_ckpt) + head_off + t.c * kVec;
-    if constexpr (kInner) {
-      if (stages > 0) {
-        stream_tile<Src, void, true, false, kK / StateVec<Src>::kVec, false, false, true>(l, t, src, nullptr, smem, L);
-        return;
-      }
-    }
     stream_tile<Src, void, kInner, false, kK / StateVec<Src>::kVec, false, false>(l, t, src, nullptr, smem, L);
   } else {
     constexpr int kVec = StateVec<CK>::kVec;
@@ -627,7 +568,7 @@ void launch_replay(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
   if (blocks > 0x7FFFFFFFLL) bad_launch("gdn_replay_step", "batch · HV · tiles exceeds the grid limit");
   const bool inner = l.route == GdnRoute::Inner;
   const ReplaySmem L{l.step.dims.K, l.interval, (l.step.dims.V + vtiles - 1) / vtiles,
-                     inner ? flush_terms(l.flush_arith) : 1, inner ? l.bulk_stages * kStageBytes / 4 : 0};
+                     inner ? flush_terms(l.flush_arith) : 1};
   const size_t bytes = static_cast<size_t>(L.floats()) * sizeof(float);
   if (bytes > 227 * 1024)
     bad_launch("gdn_replay_step", "needs " + std::to_string(bytes) + " bytes of shared memory (over 227 KiB): lower "
@@ -695,9 +636,6 @@ void gdn_replay_step(const GdnReplayLaunch& l, cudaStream_t stream) {
   // The tunables are checked before an empty launch returns (a sweep's bad value shows at once).
   if (l.v_tiles < 0 || l.v_tiles > l.step.dims.V)
     gdn::bad_launch(what, "v_tiles must be 0 (automatic) or 1..V (got " + std::to_string(l.v_tiles) + ")");
-  if (l.bulk_stages < 0 || l.bulk_stages > kGdnMaxBulkStages)
-    gdn::bad_launch(what, "bulk_stages must be 0 (register stream) or 1.." + std::to_string(kGdnMaxBulkStages) +
-                              " (got " + std::to_string(l.bulk_stages) + ")");
   if (l.step.batch == 0) return;
   if (l.interval < 1 || l.interval > kGdnMaxInterval)
     gdn::bad_launch(what, "interval must be in 1.." + std::to_string(kGdnMaxInterval) + " (got " +

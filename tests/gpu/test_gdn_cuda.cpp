@@ -66,7 +66,6 @@ struct Case {
   int hpc = 0;                // eager: GdnEagerLaunch::heads_per_cta (0: the launcher's choice)
   std::optional<int> l2;      // l2_ahead of either launch (unset: the launch struct's default)
   int vt = 0;                 // v_tiles of either launch (1: a CTA streams whole heads, several chunks, even at 5 rows)
-  std::optional<int> stages;  // replay: GdnReplayLaunch::bulk_stages (unset: the launch struct's default)
   std::string name() const {
     const char* k = kind == Kind::Eager ? "eager" : kind == Kind::Replay ? "replay" : "dual";
     std::string s = fmt::format("{} {}", geo, k);
@@ -80,7 +79,6 @@ struct Case {
     if (hpc != 0) s += fmt::format(" heads/cta={}", hpc);
     if (l2) s += fmt::format(" l2_ahead={}", *l2);
     if (vt) s += fmt::format(" v_tiles={}", vt);
-    if (stages) s += fmt::format(" bulk_stages={}", *stages);
     return s;
   }
 };
@@ -221,7 +219,6 @@ void run_case(const Case& c, uint64_t seed) {
     lr.flush_arith = c.flush;
     if (c.l2) lr.l2_ahead = *c.l2;
     lr.v_tiles = c.vt;
-    if (c.stages) lr.bulk_stages = *c.stages;
   }
 
   Format judged = eager ? sf : Format::BF16;
@@ -543,30 +540,6 @@ TEST_CASE("gdn cuda replay: L2 prefetch distance, both routes, shared and dual",
       }
 }
 
-// The bulk-copy stream (inner route, non-flush steps) against the register stream: the same values at every stage
-// count, with whole heads (several stage refills per CTA), value tiles of 43 rows (a short last chunk), 16-row heads
-// of the small geometry (one short chunk, K known only at run time), shared checkpoints in each format and dual copies.
-TEST_CASE("gdn cuda replay: bulk-copy stages, shared and dual, whole heads and short chunks", "[gpu][gdn][replay]") {
-  if (!have_device()) return;
-  for (int stages : {0, 1, 2, 4, 8})
-    for (int vt : {1, 3}) {
-      for (Format s : {Format::FP32, Format::BF16, Format::FP16}) {
-        Case c;
-        c.geo = "qwen35-4b", c.dims = qwen4b(), c.kind = Kind::Replay, c.state = s, c.interval = 4, c.vt = vt;
-        c.stages = stages;
-        if (s == Format::FP32 || vt == 1) run_case(c, seed_for(c));
-      }
-      Case c;
-      c.geo = "qwen35-4b", c.dims = qwen4b(), c.kind = Kind::Dual, c.read = vt == 1 ? Format::BF16 : Format::FP16;
-      c.interval = 16, c.vt = vt, c.stages = stages;
-      run_case(c, seed_for(c));
-      Case sm;
-      sm.geo = "small", sm.dims = small(), sm.kind = vt == 1 ? Kind::Replay : Kind::Dual, sm.interval = 4;
-      sm.stages = stages;
-      run_case(sm, seed_for(sm));
-    }
-}
-
 TEST_CASE("gdn cuda replay: shared checkpoint, both routes, every interval, small geometry", "[gpu][gdn][replay]") {
   if (!have_device()) return;
   for (int K : {1, 4, 16, 32})
@@ -668,8 +641,6 @@ TEST_CASE("gdn cuda launchers reject bad launch structs with a message naming th
   e.heads_per_cta = 0, e.v_tiles = 17;
   CHECK_THROWS_WITH(gdn_eager_step(e, nullptr), Catch::Contains("v_tiles"));
   l.route = GdnRoute::Inner, l.flush_arith = Arith::FP32, l.step.batch = 0;
-  l.bulk_stages = kGdnMaxBulkStages + 1;
-  CHECK_THROWS_WITH(gdn_replay_step(l, nullptr), Catch::Contains("bulk_stages"));
-  l.bulk_stages = 0, l.v_tiles = 17;
+  l.v_tiles = 17;
   CHECK_THROWS_WITH(gdn_replay_step(l, nullptr), Catch::Contains("v_tiles"));
 }
