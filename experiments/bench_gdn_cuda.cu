@@ -12,8 +12,8 @@
 //     --once    one iteration of one repetition per case (for ncu: few launches to replay)
 //     --eager_tune  adds eager rows at batch 64 and 256 over the eager tunables (heads per CTA 1, HV/HK; L2 prefetch
 //               ahead -1 = whole tile, 0, 1, 2, 4 chunks), named .../hpc:H/l2:D/batch:B
-//     --replay_tune  adds interval-16 replay rows over the value heads per CTA (1, 2; the reconstruct route 1
-//               only): batch 256 non-flush, flush and amortised, batch 1 and 64 amortised; named .../hpc:H/l2:0/...
+//     --replay_tune  adds interval-16 replay rows at batch 256 over the L2 prefetch distance (-1 = whole tile,
+//               0, 1, 2, 4 chunks), named .../l2:D/batch:256
 //   JSON: --benchmark_out=FILE --benchmark_out_format=json (context: GPU, driver, git commit, ceilings, geometry).
 //
 // Method (KERNELS.md "Measuring like the peers were measured"), as bench_mamba2_cuda: inputs and state already on
@@ -73,7 +73,7 @@ struct Config {
   int interval;
   int batch;
   bool tuned = false;  // tunables set (named in the case), else the launch structs' defaults
-  int hpc = 0, l2 = 1;  // heads_per_cta and l2_ahead of either launch
+  int hpc = 0, l2 = 1;  // GdnEagerLaunch::heads_per_cta; l2_ahead of either launch
 };
 
 const char* kind_name(Kind k) {
@@ -91,7 +91,7 @@ std::string bench_name(const Config& c) {
   if (c.scheme != Scheme::Eager) s += c.route == GdnRoute::Inner ? "/inner" : "/reconstruct";
   s += "/" + (c.scheme == Scheme::Dual ? "fp32+" + format_name(c.state) : format_name(c.state));
   if (c.scheme != Scheme::Eager) s += "/K" + std::to_string(c.interval) + "/" + kind_name(c.kind);
-  if (c.tuned) s += "/hpc:" + std::to_string(c.hpc);
+  if (c.tuned && c.scheme == Scheme::Eager) s += "/hpc:" + std::to_string(c.hpc);
   if (c.tuned) s += "/l2:" + std::to_string(c.l2);
   return s + "/batch:" + std::to_string(c.batch);
 }
@@ -178,7 +178,7 @@ void bm_step(benchmark::State& st, Config c) {
   lr.step = a, lr.interval = KI, lr.capacity = cap, lr.route = c.route;
   lr.ckpt_format = dual ? Format::FP32 : c.state, lr.d_ckpt = ck.p;
   lr.dual = dual, lr.read_format = c.state, lr.d_read = dual ? rd.p : nullptr;
-  if (c.tuned) lr.l2_ahead = c.l2, lr.heads_per_cta = c.hpc;
+  if (c.tuned) lr.l2_ahead = c.l2;
   lr.d_ring_u = ru.p, lr.d_ring_k = rk.p, lr.d_ring_G = rG.p, lr.d_fill = fill.p, lr.d_arrive = arrive.p;
 
   // The step sequence of one graph: per step, the fill it starts from (-1: leave the cursor to the kernel).
@@ -241,9 +241,6 @@ void bm_step(benchmark::State& st, Config c) {
   st.counters["of_copy"] = med > 0 ? bytes / med / 1e9 / g_copy_GBps : 0;
   st.counters["of_read"] = med > 0 ? bytes / med / 1e9 / g_read_GBps : 0;
   st.counters["v_tiles"] = gdn_v_tiles({HK, HV, K, V}, B, c.state);  // c.state: the copy a non-flush step streams
-  st.counters["heads_per_cta"] = c.tuned                    ? c.hpc
-                                 : c.scheme == Scheme::Eager ? gdn_eager_heads_per_cta({HK, HV, K, V}, B, c.state)
-                                                             : gdn_replay_heads_per_cta({HK, HV, K, V}, B, c.state);
 }
 
 void add(const Config& c) {
@@ -301,19 +298,12 @@ void register_all() {
     };
     for (R r : {R{Scheme::Replay, kInner, Format::FP32}, R{Scheme::Replay, kRec, Format::FP32},
                 R{Scheme::Replay, kInner, Format::BF16}, R{Scheme::Dual, kInner, Format::BF16}})
-      for (int hpc : {1, 2}) {
-        if (hpc == 2 && r.route != kInner) continue;  // two heads per CTA: the inner route only
+      for (int l2 : {-1, 0, 1, 2, 4})
         for (Kind k : {Kind::Nonflush, Kind::Flush, Kind::Amortised}) {
           Config c{r.sc, r.route, r.f, k, 16, 256};
-          c.tuned = true, c.hpc = hpc, c.l2 = 0;
+          c.tuned = true, c.l2 = l2;
           add(c);
         }
-        for (int b : {1, 64}) {  // batch 1: value tiles, the prologue is the step
-          Config c{r.sc, r.route, r.f, Kind::Amortised, 16, b};
-          c.tuned = true, c.hpc = hpc, c.l2 = 0;
-          add(c);
-        }
-      }
   }
   struct S {
     Scheme sc;

@@ -120,14 +120,9 @@ struct GdnReplayLaunch {
   // (Qwen3.5-4B, batch 256, K16 amortised) 0 is fastest: inner fp32 227 us with whole tiles, 205 at 0, 218 at 4;
   // reconstruct 297 -> 259; dual 169 -> 159 (benchmarks/experiments/gdn_l2_ahead.h200.json).
   int l2_ahead = 0;
-  int v_tiles = 0;  // CTAs per (row, head group), 1..V; 0 = gdn_v_tiles' choice
-  // Tunable: value heads per CTA, 1 or 2 and a divisor of HV / HK (the heads share a key head: q and k are normalised
-  // and the ring's key dots taken once for both); 0 = the launcher's choice (gdn_replay_heads_per_cta).
-  int heads_per_cta = 0;
+  int v_tiles = 0;  // CTAs per (row, value head), 1..V; 0 = gdn_v_tiles' choice
 };
 
-// Most value heads one replay CTA takes (GdnReplayLaunch::heads_per_cta).
-constexpr int kGdnMaxReplayHeadsPerCta = 2;
 // Largest interval a replay launch accepts (per-entry weights and the flush's keys live in shared memory).
 constexpr int kGdnMaxInterval = 64;
 
@@ -141,9 +136,6 @@ int gdn_v_tiles(const GdnDims& dims, int batch, Format state_format);
 // (a 32 KiB head at 4 CTAs per SM), share the key head's prologue among the HV / HK heads while the launch keeps
 // >= 2048 CTAs (bf16, batch 256: 160 -> 152 us on the H200); fp32 states and split value dims: 1.
 int gdn_eager_heads_per_cta(const GdnDims& dims, int batch, Format state_format);
-// Value heads per CTA of gdn_replay_step when GdnReplayLaunch::heads_per_cta is 0, for the copy a non-flush step
-// streams (the checkpoint, or a dual launch's read copy).
-int gdn_replay_heads_per_cta(const GdnDims& dims, int batch, Format streamed);
 
 // ---- Speculative decoding (issue 12). Window, ring and draft conventions: common/spec_kernels.h. ----
 // Both verify launches take `window` (T) positions per row: step.batch = rows, d_slot [batch], and every input and

@@ -18,12 +18,11 @@
 // flush step u_t and the output read the fp32 update copy the flush streams anyway (the CPU emulation reads the read
 // copy), saving a read of the read copy.
 //
-// Work split: one CTA (128 threads) per (row, value head, V-tile), as in the eager kernel, or per (row, pair of value
-// heads of one key head, V-tile) with heads_per_cta = 2. Each CTA first does the small per-(row, head) work: q_t, k_t
-// normalised and the key dots k_e·k_t and k_e·q_t (one warp per entry, entries in parallel; reconstruct and flush
-// steps also keep the keys in fp32 in shared memory), once for all its heads since they share the key head; per head
-// the weights (one thread per entry) and the ring sums per row of the tile (one thread per row); then streams its
-// heads' state tiles one after the other with kUnroll 16-byte loads in flight per thread. The tile's first chunks are prefetched into L2 before that prologue, so the
+// Work split: one CTA (128 threads) per (row, value head, V-tile), as in the eager kernel. Each CTA first does the
+// small per-(row, head) work: q_t, k_t normalised, the key dots k_e·k_t and k_e·q_t (one warp per entry, entries in
+// parallel; reconstruct and flush steps also keep the keys in fp32 in shared memory), the weights (one thread per
+// entry), the ring sums per row of the tile (one thread per row); then streams its state tile once with kUnroll
+// 16-byte loads in flight per thread. The tile's first chunks are prefetched into L2 before that prologue, so the
 // step time does not grow with the ring fill while other resident CTAs stream, and the stream prefetches the rest a
 // few chunks ahead (l2_ahead: whole tiles for every resident CTA overran the L2 and cost 10% more time).
 //
@@ -43,14 +42,9 @@
 namespace rssm {
 namespace gdn {
 
-constexpr int kMaxReplayHeads = kGdnMaxReplayHeadsPerCta;
-
-// Shared memory of one CTA, in floats. Regions start on 16-byte boundaries (keys are read as float4). The q/k and
-// key regions serve every value head of the CTA (they share one key head); the weights, ring sums, v_t and weighted u
-// are per head, H of them.
+// Shared memory of one CTA, in floats. Regions start on 16-byte boundaries (keys are read as float4).
 struct ReplaySmem {
   int K, E, rows, F;  // E = interval (largest number of entries), rows = tile rows, F = flush terms per entry
-  int H = 1;          // value heads per CTA
   __host__ __device__ static int up4(int n) { return (n + 3) & ~3; }
   __host__ __device__ int off_q() const { return 0; }                    // [K] normalised q_t (scaled)
   __host__ __device__ int off_k() const { return up4(K); }               // [K] normalised k_t
@@ -58,25 +52,23 @@ struct ReplaySmem {
   __host__ __device__ int off_red() const { return 3 * up4(K); }         // [2·kWarps] reduction scratch
   __host__ __device__ int off_kk() const { return off_red() + up4(2 * kWarps); }  // [E] k_e·k_t
   __host__ __device__ int off_kq() const { return off_kk() + up4(E); }   // [E] k_e·q_t
-  // The keys of the entries (reconstruct: fp32 values of the rebuild; inner flush: the flush terms' operands staged
-  // in flush_arith, F rows per entry, numeric/arith.h).
-  __host__ __device__ int off_keys() const { return off_kq() + up4(E); }  // [E·F, up4(K)] k_e
-  __host__ __device__ int head_floats() const { return 3 * up4(E) + 3 * up4(rows) + up4(E * F * rows); }
-  __host__ __device__ int off_head(int hl) const { return off_keys() + E * F * up4(K) + hl * head_floats(); }
-  __host__ __device__ int off_wk(int hl) const { return off_head(hl); }  // [E] inner: e^{G_{j−1}−G_e}·k_e·k_t;
+  __host__ __device__ int off_wk() const { return off_kq() + up4(E); }   // [E] inner: e^{G_{j−1}−G_e}·k_e·k_t;
                                                                          //     reconstruct: e^{G_{j−1}−G_e}
-  __host__ __device__ int off_wq(int hl) const { return off_wk(hl) + up4(E); }  // [E] e^{G_t−G_e}·k_e·q_t
-  __host__ __device__ int off_wf(int hl) const { return off_wq(hl) + up4(E); }  // [E] e^{G_t−G_e} (flush)
-  __host__ __device__ int off_rk(int hl) const { return off_wf(hl) + up4(E); }  // [rows] ring sum against k_t
-  __host__ __device__ int off_rq(int hl) const { return off_rk(hl) + up4(rows); }  // [rows] ring sum against q_t
-  __host__ __device__ int off_v(int hl) const { return off_rq(hl) + up4(rows); }   // [rows] v_t of the tile's rows
-  __host__ __device__ int off_uw(int hl) const { return off_v(hl) + up4(rows); }   // [E·F, rows] weight·u_e per row
-  __host__ __device__ int floats() const { return off_head(H); }
+  __host__ __device__ int off_wq() const { return off_wk() + up4(E); }   // [E] e^{G_t−G_e}·k_e·q_t
+  __host__ __device__ int off_wf() const { return off_wq() + up4(E); }   // [E] e^{G_t−G_e} (flush)
+  __host__ __device__ int off_rk() const { return off_wf() + up4(E); }   // [rows] ring sum against k_t
+  __host__ __device__ int off_rq() const { return off_rk() + up4(rows); }  // [rows] ring sum against q_t
+  __host__ __device__ int off_v() const { return off_rq() + up4(rows); }   // [rows] v_t of the tile's rows
+  // The keys and weighted u of the entries (reconstruct: fp32 values of the rebuild; inner flush: the flush terms'
+  // operands staged in flush_arith, F rows per entry, numeric/arith.h).
+  __host__ __device__ int off_keys() const { return off_v() + up4(rows); }  // [E·F, up4(K)] k_e
+  __host__ __device__ int off_uw() const { return off_keys() + E * F * up4(K); }  // [E·F, rows] weight·u_e per row
+  __host__ __device__ int floats() const { return off_uw() + E * F * rows; }
 };
 
 // Everything the stream phase needs, per CTA.
 struct TileCtx {
-  int K, HV, V, h, hl, row, slot, cap, j, c, rsub, lanes, rows_per_pass, v_begin, v_end;  // hl: h's index in the CTA
+  int K, HV, V, h, row, slot, cap, j, c, rsub, lanes, rows_per_pass, v_begin, v_end;
   int l2_ahead;  // GdnReplayLaunch::l2_ahead (>= 0: the stream's rolling prefetch)
   int F;     // the inner flush's terms per entry (flush_terms of fa)
   Arith fa;  // the inner flush's arithmetic
@@ -111,9 +103,9 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
   load_f32<kVec>(smem + L.off_k() + t.c * kVec, kv);
   load_f32<kVec>(smem + L.off_q() + t.c * kVec, qv);
   load_f32<kVec>(smem + L.off_kb() + t.c * kVec, kbv);
-  const float* s_rk = smem + L.off_rk(t.hl);
-  const float* s_rq = smem + L.off_rq(t.hl);
-  const float* s_uw = smem + L.off_uw(t.hl);
+  const float* s_rk = smem + L.off_rk();
+  const float* s_rq = smem + L.off_rq();
+  const float* s_uw = smem + L.off_uw();
   const float* s_keys = smem + L.off_keys() + t.c * kVec;
   const int ldk = ReplaySmem::up4(t.K);
   uint16_t* ring_uj =
@@ -127,7 +119,7 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
   // flush steps have the fold's: they load each chunk when they reach it.
   constexpr bool kAhead = kInner && !kFlush;
   uint4 qa[kUnroll];
-  const float* s_v = smem + L.off_v(t.hl);  // v_t by tile row: read by the lane that finishes a row, not by all its lanes
+  const float* s_v = smem + L.off_v();  // v_t by tile row: read by the lane that finishes a row, not by all its lanes
   const auto load_raw = [&](int i0, uint4 (&q)[kUnroll]) {
     const T* r0 = src + static_cast<long long>(i0 + t.rsub) * t.K;
 #pragma unroll
@@ -316,43 +308,36 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
 // kSR: the flush's stores round stochastically (a 16-bit checkpoint or read copy), at step d_pos[row] + 1.
 // kArith: the flush arithmetic is l.flush_arith (inner route); false: fp32, with F = 1 known at compile time (the
 // staging loops and operand switches a run-time arithmetic costs slowed the fp32 flush 511 -> 565 us on the H200).
-// kHeads: value heads per CTA (GdnReplayLaunch::heads_per_cta), a compile-time count: with a run-time count the
-// loops over the heads held registers across the whole stream (the bf16 step went 128 -> 167 registers, 4 -> 3 CTAs
-// per SM, and every step slowed on the H200, one head per CTA included).
-// The body of the kernels below (they differ in their register budget only).
-template <class A, class CK, class RD, bool kInner, int kK, bool kSR, bool kArith, int kHeads>
+// The body of both kernels below (they differ in their register budget only).
+template <class A, class CK, class RD, bool kInner, int kK, bool kSR, bool kArith>
 __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles) {
-  constexpr int hpc = kHeads;
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   __shared__ int s_fill;
-  __shared__ float s_head[kMaxReplayHeads][4];  // per head of the CTA: G_{j−1}, G_t, α_t, β_t
   const GdnStepArgs& a = l.step;
   const int HK = a.dims.HK, HV = a.dims.HV, K = kK > 0 ? kK : a.dims.K, V = a.dims.V, vpk = HV / HK;
-  const int per_row = HV / hpc * vtiles;
+  const int per_row = HV * vtiles;
   const int row = blockIdx.x / per_row;
-  const int h0 = (blockIdx.x % per_row) / vtiles * hpc, tile = blockIdx.x % vtiles;  // heads h0 .. h0 + hpc − 1
+  const int h = (blockIdx.x % per_row) / vtiles, tile = blockIdx.x % vtiles;
   const int slot = a.d_slot[row];
   if (slot < 0) return;  // padded row: nothing read or written
-  const int hk = h0 / vpk, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int hk = h / vpk, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int tile_rows = (V + vtiles - 1) / vtiles;
   const Arith fa = kInner && kArith ? l.flush_arith : Arith::FP32;  // the launcher allows it on the inner route only
   const int F = kInner && kArith ? flush_terms(fa) : 1;
-  const ReplaySmem L{K, l.interval, tile_rows, F, hpc};
+  const ReplaySmem L{K, l.interval, tile_rows, F};
   constexpr bool kDual = !std::is_void<RD>::value;
   using Src = typename std::conditional<kDual, RD, CK>::type;  // what a non-flush step reads
   const int v_begin = tile * tile_rows, v_end = min(V, v_begin + tile_rows);
-  const long long head_elems = static_cast<long long>(V) * K;
-  const long long head_off0 = (static_cast<long long>(slot) * HV + h0) * head_elems;  // head h0 + hl: + hl·V·K
+  const long long head_off = (static_cast<long long>(slot) * HV + h) * V * K;
   const int src_span = kThreads / (K / StateVec<Src>::kVec) * kUnroll;  // rows of a non-flush chunk
   {
-    // Start the tiles' state on its way into L2 now: the prologue below waits on two waves of small reads (the
+    // Start the tile's state on its way into L2 now: the prologue below waits on two waves of small reads (the
     // cursor, then the ring entries it selects). The whole tile (l2_ahead < 0), or the chunks the stream will load
     // first, the rest prefetched by the stream as it goes. A hint only (a dual flush step streams the update copy
     // instead, 1 step in `interval`).
     const int end = l.l2_ahead < 0 ? v_end : min(v_end, v_begin + (l.l2_ahead + 2) * src_span);
-    for (int hl = 0; hl < hpc; ++hl)
-      prefetch_rows(static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) + head_off0 + hl * head_elems, K, v_begin, end);
+    prefetch_rows(static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) + head_off, K, v_begin, end);
   }
   if (vtiles > 1) {
     // Small batch (the value dim is split): the step is latency-bound, a chain of dependent loads (fill, G_{j−1},
@@ -360,17 +345,16 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     // L2 hits. At serving batch (one tile) this would add ring bytes that are not live, so it is left out there.
     const int cap = l.capacity, ents = l.interval - 1;
     const char* ub = reinterpret_cast<const char*>(l.d_ring_u + static_cast<long long>(slot) * cap * HV * V +
-                                                   static_cast<long long>(h0) * V + v_begin);
+                                                   static_cast<long long>(h) * V + v_begin);
     const char* kb = reinterpret_cast<const char*>(l.d_ring_k + static_cast<long long>(slot) * cap * HK * K +
                                                    static_cast<long long>(hk) * K);
-    const char* gb = reinterpret_cast<const char*>(l.d_ring_G + static_cast<long long>(slot) * cap * HV + h0);
-    // Per entry: each head's u lines and G, the key's lines once.
-    const int ulines = (tile_rows * 2 + 127) / 128, klines = (K * 2 + 127) / 128, items = hpc * (ulines + 1) + klines;
+    const char* gb = reinterpret_cast<const char*>(l.d_ring_G + static_cast<long long>(slot) * cap * HV + h);
+    const int ulines = (tile_rows * 2 + 127) / 128, klines = (K * 2 + 127) / 128, items = ulines + klines + 1;
     for (int i = tid; i < ents * items; i += kThreads) {
-      const int e = i / items, r = i % items, hl = r / (ulines + 1), rh = r % (ulines + 1);
-      const char* p = r >= hpc * (ulines + 1) ? kb + static_cast<long long>(e) * HK * K * 2 + 128LL * (r - hpc * (ulines + 1))
-                      : rh < ulines ? ub + (static_cast<long long>(e) * HV + hl) * V * 2 + 128LL * rh
-                                    : gb + (static_cast<long long>(e) * HV + hl) * 4;
+      const int e = i / items, r = i % items;
+      const char* p = r < ulines ? ub + static_cast<long long>(e) * HV * V * 2 + 128LL * r
+                      : r < ulines + klines ? kb + static_cast<long long>(e) * HK * K * 2 + 128LL * (r - ulines)
+                                            : gb + static_cast<long long>(e) * HV * 4;
       asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
     }
   }
@@ -385,25 +369,15 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   // saturated memory system each read waits behind the stream for microseconds, and the stream's CTAs per SM sit
   // idle for the chain's length, so the reads are issued in two waves: the cursor with q_t, k_t and the gate's
   // inputs, then, once j is known, every ring read at once (G, the warp's first keys, the thread's row of u).
-  // Per-head work goes by thread or by item, never by a register array over the heads: thread hl < hpc takes head
-  // hl's gate and G; the ring sums are items (head, tile row), head-major, a thread's first two of them (tid and
-  // tid + kThreads) read in the wave.
-  GateIn<A> gin{};
-  if (tid < hpc) gin = gate_in<A>(a, row, h0 + tid);
+  const GateIn<A> gin = gate_in<A>(a, row, h);
   const A* v = static_cast<const A*>(a.d_v) + row * or_default(a.v_stride, static_cast<long long>(HV) * V) +
-               static_cast<long long>(h0) * V;  // head h0 + hl: + hl·V
-  const int items = hpc * tile_rows;
-  const auto item_at = [&](int it, int& hl, int& il) { hl = it / tile_rows, il = it - hl * tile_rows; };
-  const auto v_item = [&](int it) {
-    int hl, il;
-    item_at(it, hl, il);
-    return v[hl * V + v_begin + il];
-  };
-  const A v_pre0 = tid < items ? v_item(tid) : A(0.0f), v_pre1 = tid + kThreads < items ? v_item(tid + kThreads) : A(0.0f);
+               static_cast<long long>(h) * V;
+  const int i_own = v_begin + tid;  // the thread's first row of the tile (the ring sums, v_t)
+  const A v_own = i_own < v_end ? v[i_own] : A(0.0f);
   load_normalised<A>(a, row, hk, smem + L.off_q(), smem + L.off_k(), smem + L.off_red());  // ends in a barrier
   const int cap = l.capacity;
-  const float* rG = l.d_ring_G + static_cast<long long>(slot) * cap * HV + h0;                               // + e·HV + hl
-  const uint16_t* ru = l.d_ring_u + static_cast<long long>(slot) * cap * HV * V + static_cast<long long>(h0) * V;  // + e·HV·V + hl·V
+  const float* rG = l.d_ring_G + static_cast<long long>(slot) * cap * HV + h;                               // + e·HV
+  const uint16_t* ru = l.d_ring_u + static_cast<long long>(slot) * cap * HV * V + static_cast<long long>(h) * V;  // + e·HV·V
   const uint16_t* rk = l.d_ring_k + static_cast<long long>(slot) * cap * HK * K + static_cast<long long>(hk) * K;  // + e·HK·K
   const int j = s_fill;  // the current token's entry
   const bool flush = j + 1 == l.interval;
@@ -413,10 +387,8 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     __threadfence();
     arrivals = atomicAdd(&l.d_arrive[slot], 1);
   }
-  const float G_prev = tid < hpc && j > 0 ? rG[static_cast<long long>(j - 1) * HV + tid] : 0.0f;  // head tid's
-  // The weights are items (head, entry), head-major, one thread each; G_e of the thread's first.
-  const int witems = hpc * nent;
-  const float G_own = tid < witems && tid % nent < j ? rG[static_cast<long long>(tid % nent) * HV + tid / nent] : 0.0f;
+  const float G_prev = j > 0 ? rG[static_cast<long long>(j - 1) * HV] : 0.0f;
+  const float G_own = tid < j ? rG[static_cast<long long>(tid) * HV] : 0.0f;  // entry tid's (the weights' thread)
   constexpr int kKeysAhead = 4;  // entries per warp whose keys are read in the wave (intervals up to 16: all)
   uint4 key_pre[kKeysAhead];
 #pragma unroll
@@ -425,33 +397,20 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     key_pre[m] = e < j && lane * 8 < K ? *reinterpret_cast<const uint4*>(rk + static_cast<long long>(e) * HK * K + lane * 8)
                                        : make_uint4(0, 0, 0, 0);
   }
-  // Entries of u of the thread's first two items read in the wave, both in one word (item tid in the low half).
-  constexpr int kUAhead = 16;
-  const auto u_row = [&](int it) {  // the item's row of the ring's u (+ e·HV·V)
-    int hl, il;
-    item_at(it, hl, il);
-    return ru + static_cast<long long>(hl) * V + v_begin + il;
-  };
-  const uint16_t* u0 = u_row(tid);
-  const uint16_t* u1 = u_row(tid + kThreads);
-  uint32_t u_pre[kUAhead];
+  constexpr int kUAhead = 16;  // entries of the thread's first row of u read in the wave
+  uint16_t u_pre[kUAhead];
 #pragma unroll
-  for (int e = 0; e < kUAhead; ++e) {
-    const long long off = static_cast<long long>(e) * HV * V;
-    u_pre[e] = e < j && tid < items ? u0[off] : 0u;
-    if (e < j && tid + kThreads < items) u_pre[e] |= static_cast<uint32_t>(u1[off]) << 16;
-  }
+  for (int e = 0; e < kUAhead; ++e)
+    u_pre[e] = e < j && i_own < v_end ? ru[static_cast<long long>(e) * HV * V + i_own] : uint16_t(0);
   if (tid == 0 && arrivals == per_row - 1) {
     __threadfence();
     l.d_arrive[slot] = 0;
     l.d_fill[slot] = j + 1 >= l.interval ? 0 : j + 1;
   }
 
-  if (tid < hpc) {  // gin was read only by these threads
-    const Gate gt = gate_from<A>(gin);
-    s_head[tid][0] = G_prev, s_head[tid][1] = G_prev + gt.g, s_head[tid][2] = gt.alpha, s_head[tid][3] = gt.beta;
-  }
+  const Gate gt = gate_from<A>(gin);
   for (int n = tid; n < K; n += kThreads) smem[L.off_kb() + n] = round_bf16(smem[L.off_k() + n]);
+  const float G_t = G_prev + gt.g;
   __syncthreads();  // bf16(k_t) visible
 
   // Keys of the entries: dots with k_t and q_t (inner route), fp32 copies where the stream needs them (reconstruct
@@ -497,113 +456,90 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     if (warp + m * kWarps < nent) key_entry(warp + m * kWarps, &key_pre[m]);
   for (int e = warp + kKeysAhead * kWarps; e < nent; e += kWarps) key_entry(e, nullptr);
   __syncthreads();
-  for (int it = tid; it < witems; it += kThreads) {
-    const int hl = it / nent, e = it - hl * nent;
-    const float Gp = s_head[hl][0], Gt = s_head[hl][1];
-    const float Ge = e < j ? (it == tid ? G_own : rG[static_cast<long long>(e) * HV + hl]) : Gt;
+  for (int e = tid; e < nent; e += kThreads) {
+    const float Ge = e < j ? (e == tid ? G_own : rG[static_cast<long long>(e) * HV]) : G_t;
     if constexpr (kInner) {
-      smem[L.off_wk(hl) + e] = e < j ? expf(Gp - Ge) * smem[L.off_kk() + e] : 0.0f;
-      smem[L.off_wq(hl) + e] = expf(Gt - Ge) * smem[L.off_kq() + e];
-      smem[L.off_wf(hl) + e] = expf(Gt - Ge);
+      smem[L.off_wk() + e] = e < j ? expf(G_prev - Ge) * smem[L.off_kk() + e] : 0.0f;
+      smem[L.off_wq() + e] = expf(G_t - Ge) * smem[L.off_kq() + e];
+      smem[L.off_wf() + e] = expf(G_t - Ge);
     } else {
-      smem[L.off_wk(hl) + e] = e < j ? expf(Gp - Ge) : 0.0f;
+      smem[L.off_wk() + e] = e < j ? expf(G_prev - Ge) : 0.0f;
     }
   }
   __syncthreads();
 
-  // Per item (head, tile row): the ring sums (inner) and the weighted u_e the stream folds in (reconstruct; inner
-  // flush); v_t for the stream. Entries in order; the thread's first two items' first kUAhead entries (and v_t) from
-  // the waves above.
-  for (int n = 0, it = tid; it < items; ++n, it += kThreads) {
-    int hl, il;
-    item_at(it, hl, il);
-    const bool own = n < 2;
-    smem[L.off_v(hl) + il] = to_f32(n == 0 ? v_pre0 : n == 1 ? v_pre1 : v_item(it));
+  // Per row of the tile: the ring sums (inner) and the weighted u_e the stream folds in (reconstruct; inner flush);
+  // v_t for the stream. Entries in order; the thread's first row's first kUAhead (and v_t) from the waves above.
+  for (int i = v_begin + tid; i < v_end; i += kThreads) {
+    const int il = i - v_begin;
+    smem[L.off_v() + il] = to_f32(i == i_own ? v_own : v[i]);
     float ak = 0.0f, aq = 0.0f;
-    const float* wk = smem + L.off_wk(hl);
-    const float* wq = smem + L.off_wq(hl);
-    const float* wf = smem + L.off_wf(hl);
-    float* uw = smem + L.off_uw(hl);
-    const auto term = [&](int e, uint32_t bits) {
-      const float ue = bf16_bits_to_float(static_cast<uint16_t>(bits));
+    const auto term = [&](int e, uint16_t bits) {
+      const float ue = bf16_bits_to_float(bits);
       if constexpr (kInner) {
-        ak = fmaf(wk[e], ue, ak);
-        aq = fmaf(wq[e], ue, aq);
+        ak = fmaf(smem[L.off_wk() + e], ue, ak);
+        aq = fmaf(smem[L.off_wq() + e], ue, aq);
         if (flush)
-          for (int r = 0; r < F; ++r) uw[(e * F + r) * tile_rows + il] = flush_operand_a(fa, wf[e] * ue, r);
+          for (int r = 0; r < F; ++r)
+            smem[L.off_uw() + (e * F + r) * tile_rows + il] = flush_operand_a(fa, smem[L.off_wf() + e] * ue, r);
       } else {
-        uw[e * tile_rows + il] = wk[e] * ue;
+        smem[L.off_uw() + e * tile_rows + il] = smem[L.off_wk() + e] * ue;
       }
     };
-    const uint16_t* ri = u_row(it);
+    const bool own = i == i_own;
 #pragma unroll
     for (int e = 0; e < kUAhead; ++e)
-      if (e < j) term(e, own ? u_pre[e] >> (16 * n) : ri[static_cast<long long>(e) * HV * V]);
+      if (e < j) term(e, own ? u_pre[e] : ru[static_cast<long long>(e) * HV * V + i]);
 #pragma unroll 4
-    for (int e = kUAhead; e < j; ++e) term(e, ri[static_cast<long long>(e) * HV * V]);
-    if constexpr (kInner) smem[L.off_rk(hl) + il] = ak, smem[L.off_rq(hl) + il] = aq;
+    for (int e = kUAhead; e < j; ++e) term(e, ru[static_cast<long long>(e) * HV * V + i]);
+    if constexpr (kInner) smem[L.off_rk() + il] = ak, smem[L.off_rq() + il] = aq;
   }
   if (!flush) {
-    if (tile == 0 && h0 % vpk == 0)
+    if (tile == 0 && h % vpk == 0)
       for (int n = tid; n < K; n += kThreads)
         l.d_ring_k[static_cast<long long>(slot) * cap * HK * K + (static_cast<long long>(j) * HK + hk) * K + n] =
             float_to_bf16_bits(smem[L.off_kb() + n]);
-    if (tile == 0 && tid < hpc)
-      l.d_ring_G[static_cast<long long>(slot) * cap * HV + static_cast<long long>(j) * HV + h0 + tid] = s_head[tid][1];
+    if (tile == 0 && tid == 0) l.d_ring_G[static_cast<long long>(slot) * cap * HV + static_cast<long long>(j) * HV + h] = G_t;
   }
   __syncthreads();
 
   TileCtx t;
-  t.K = K, t.HV = HV, t.V = V, t.row = row, t.slot = slot, t.cap = cap, t.j = j;
+  t.K = K, t.HV = HV, t.V = V, t.h = h, t.row = row, t.slot = slot, t.cap = cap, t.j = j;
   t.v_begin = v_begin, t.v_end = v_end;
   t.F = F, t.fa = fa, t.l2_ahead = l.l2_ahead;
   if constexpr (kSR) {
+    constexpr int kVecCK = StateVec<CK>::kVec;
+    t.elem0 = head_off + (tid % (K / kVecCK)) * kVecCK;  // the flush streams the checkpoint's rows
     const long long folded = static_cast<long long>(a.d_pos[row]) + 1;  // tokens in the checkpoint after the flush
     t.sr_ck = SrKey{a.seed, RandomStream::CheckpointUpdate, folded};
     t.sr_read = SrKey{a.seed, RandomStream::CheckpointRead, folded};
   }
   t.os = or_default(a.o_stride, static_cast<long long>(HV) * V);
+  t.dprev = expf(G_prev), t.dt = expf(G_t), t.alpha = gt.alpha, t.beta = gt.beta;
+  t.wq_j = kInner ? smem[L.off_wq() + j] : 0.0f;
+  t.wf_j = kInner ? smem[L.off_wf() + j] : 0.0f;
   t.o_bf16 = a.o_format == Format::BF16;
-  // The heads' tiles one after the other (the next head's first chunks were prefetched into L2 with the first's).
-#pragma unroll
-  for (int hl = 0; hl < hpc; ++hl) {
-    const long long head_off = head_off0 + hl * head_elems;
-    t.h = h0 + hl, t.hl = hl;
-    t.dprev = expf(s_head[hl][0]), t.dt = expf(s_head[hl][1]), t.alpha = s_head[hl][2], t.beta = s_head[hl][3];
-    t.wq_j = kInner ? smem[L.off_wq(hl) + j] : 0.0f;
-    t.wf_j = kInner ? smem[L.off_wf(hl) + j] : 0.0f;
-    if constexpr (kSR) {
-      constexpr int kVecCK = StateVec<CK>::kVec;
-      t.elem0 = head_off + (tid % (K / kVecCK)) * kVecCK;  // the flush streams the checkpoint's rows
-    }
-    if (!flush) {
-      constexpr int kVec = StateVec<Src>::kVec;
-      t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
-      Src* src = static_cast<Src*>(kDual ? l.d_read : l.d_ckpt) + head_off + t.c * kVec;
-      stream_tile<Src, void, kInner, false, kK / StateVec<Src>::kVec, false, false>(l, t, src, nullptr, smem, L);
+  if (!flush) {
+    constexpr int kVec = StateVec<Src>::kVec;
+    t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
+    Src* src = static_cast<Src*>(kDual ? l.d_read : l.d_ckpt) + head_off + t.c * kVec;
+    stream_tile<Src, void, kInner, false, kK / StateVec<Src>::kVec, false, false>(l, t, src, nullptr, smem, L);
+  } else {
+    constexpr int kVec = StateVec<CK>::kVec;
+    t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
+    CK* ck = static_cast<CK*>(l.d_ckpt) + head_off + t.c * kVec;
+    if constexpr (kDual) {
+      RD* rd = static_cast<RD*>(l.d_read) + head_off + t.c * kVec;
+      stream_tile<CK, RD, kInner, true, kK / StateVec<CK>::kVec, kSR, kArith>(l, t, ck, rd, smem, L);
     } else {
-      constexpr int kVec = StateVec<CK>::kVec;
-      t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
-      CK* ck = static_cast<CK*>(l.d_ckpt) + head_off + t.c * kVec;
-      if constexpr (kDual) {
-        RD* rd = static_cast<RD*>(l.d_read) + head_off + t.c * kVec;
-        stream_tile<CK, RD, kInner, true, kK / StateVec<CK>::kVec, kSR, kArith>(l, t, ck, rd, smem, L);
-      } else {
-        stream_tile<CK, void, kInner, true, kK / StateVec<CK>::kVec, kSR, kArith>(l, t, ck, nullptr, smem, L);
-      }
+      stream_tile<CK, void, kInner, true, kK / StateVec<CK>::kVec, kSR, kArith>(l, t, ck, nullptr, smem, L);
     }
   }
 }
 
 template <class A, class CK, class RD, bool kInner, int kK, bool kSR, bool kArith>
 __global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l, int vtiles) {
-  replay_step<A, CK, RD, kInner, kK, kSR, kArith, 1>(l, vtiles);
-}
-
-// Two value heads per CTA, inner route, 16-bit checkpoint: held to the one-head kernel's 128 registers (4 CTAs per SM).
-template <class A, class CK, int kK>
-__global__ void __launch_bounds__(kThreads, 4) gdn_replay_pair16_kernel(GdnReplayLaunch l, int vtiles) {
-  replay_step<A, CK, void, true, kK, false, false, 2>(l, vtiles);
+  replay_step<A, CK, RD, kInner, kK, kSR, kArith>(l, vtiles);
 }
 
 // The inner route on an fp32 checkpoint (shared or dual) with a floor of resident CTAs per SM. ncu on the H200 (fp32
@@ -612,9 +548,9 @@ __global__ void __launch_bounds__(kThreads, 4) gdn_replay_pair16_kernel(GdnRepla
 // (benchmarks/experiments/gdn_cta_floors.h200.json). A 16-bit checkpoint spills 40-64 bytes under it, and the
 // reconstruct route's rebuild needs its registers: they keep the kernel above.
 constexpr int kInnerMinBlocks = 6;
-template <class A, class CK, class RD, int kK, bool kSR, bool kArith, int kHeads = 1>
+template <class A, class CK, class RD, int kK, bool kSR, bool kArith>
 __global__ void __launch_bounds__(kThreads, kInnerMinBlocks) gdn_replay_inner32_kernel(GdnReplayLaunch l, int vtiles) {
-  replay_step<A, CK, RD, true, kK, kSR, kArith, kHeads>(l, vtiles);
+  replay_step<A, CK, RD, true, kK, kSR, kArith>(l, vtiles);
 }
 
 // The reconstruct route on a shared fp32 checkpoint with a floor of 5 resident CTAs per SM: reading the prologue's
@@ -623,29 +559,23 @@ __global__ void __launch_bounds__(kThreads, kInnerMinBlocks) gdn_replay_inner32_
 constexpr int kRecMinBlocks = 5;
 template <class A, class CK, class RD, int kK>
 __global__ void __launch_bounds__(kThreads, kRecMinBlocks) gdn_replay_rec_kernel(GdnReplayLaunch l, int vtiles) {
-  replay_step<A, CK, RD, false, kK, false, false, 1>(l, vtiles);
+  replay_step<A, CK, RD, false, kK, false, false>(l, vtiles);
 }
 
 template <class A, class CK, class RD>
-void launch_replay(const GdnReplayLaunch& l, int vtiles, int hpc, cudaStream_t stream) {
-  const long long blocks = static_cast<long long>(l.step.batch) * (l.step.dims.HV / hpc) * vtiles;
+void launch_replay(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
+  const long long blocks = static_cast<long long>(l.step.batch) * l.step.dims.HV * vtiles;
   if (blocks > 0x7FFFFFFFLL) bad_launch("gdn_replay_step", "batch · HV · tiles exceeds the grid limit");
   const bool inner = l.route == GdnRoute::Inner;
   const ReplaySmem L{l.step.dims.K, l.interval, (l.step.dims.V + vtiles - 1) / vtiles,
-                     inner ? flush_terms(l.flush_arith) : 1, hpc};
+                     inner ? flush_terms(l.flush_arith) : 1};
   const size_t bytes = static_cast<size_t>(L.floats()) * sizeof(float);
   if (bytes > 227 * 1024)
     bad_launch("gdn_replay_step", "needs " + std::to_string(bytes) + " bytes of shared memory (over 227 KiB): lower "
                "the interval, or a flush_arith other than 3xtf32 (three staged terms per entry)");
   const bool preset = l.step.dims.K == kPresetK;
   void (*kernel)(GdnReplayLaunch, int) = nullptr;
-  if (hpc == 2) {  // gdn_replay_step allows it on the inner route with an fp32 flush and nearest rounding only
-    if constexpr (sizeof(CK) == 4)
-      kernel = preset ? gdn_replay_inner32_kernel<A, CK, RD, kPresetK, false, false, 2>
-                      : gdn_replay_inner32_kernel<A, CK, RD, 0, false, false, 2>;
-    else
-      kernel = preset ? gdn_replay_pair16_kernel<A, CK, kPresetK> : gdn_replay_pair16_kernel<A, CK, 0>;
-  } else if (!inner) {
+  if (!inner) {
     if constexpr (sizeof(CK) == 4 && std::is_void<RD>::value)
       kernel = preset ? gdn_replay_rec_kernel<A, CK, RD, kPresetK> : gdn_replay_rec_kernel<A, CK, RD, 0>;
     else
@@ -662,9 +592,9 @@ void launch_replay(const GdnReplayLaunch& l, int vtiles, int hpc, cudaStream_t s
   // checkpoint stores without rounding): kernels for any K (their speed is not what such runs measure, and each
   // instantiation costs build time).
   const bool arith = inner && l.flush_arith != Arith::FP32;
-  if (arith && hpc == 1) kernel = gdn_replay_kernel<A, CK, RD, true, 0, false, true>;
+  if (arith) kernel = gdn_replay_kernel<A, CK, RD, true, 0, false, true>;
   if constexpr (sizeof(CK) == 2 || !std::is_void<RD>::value) {
-    if (l.step.rounding == Rounding::Stochastic && hpc == 1)
+    if (l.step.rounding == Rounding::Stochastic)
       kernel = arith   ? gdn_replay_kernel<A, CK, RD, true, 0, true, true>
                : inner ? gdn_replay_kernel<A, CK, RD, true, 0, true, false>
                        : gdn_replay_kernel<A, CK, RD, false, 0, true, false>;
@@ -677,28 +607,22 @@ void launch_replay(const GdnReplayLaunch& l, int vtiles, int hpc, cudaStream_t s
 }
 
 template <class A>
-void dispatch_state(const GdnReplayLaunch& l, int vtiles, int hpc, cudaStream_t stream) {
+void dispatch_state(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
   if (l.dual) {
     if (l.read_format == Format::BF16)
-      launch_replay<A, float, __nv_bfloat16>(l, vtiles, hpc, stream);
+      launch_replay<A, float, __nv_bfloat16>(l, vtiles, stream);
     else
-      launch_replay<A, float, __half>(l, vtiles, hpc, stream);
+      launch_replay<A, float, __half>(l, vtiles, stream);
     return;
   }
   switch (l.ckpt_format) {
-    case Format::FP32: launch_replay<A, float, void>(l, vtiles, hpc, stream); break;
-    case Format::BF16: launch_replay<A, __nv_bfloat16, void>(l, vtiles, hpc, stream); break;
-    default: launch_replay<A, __half, void>(l, vtiles, hpc, stream); break;
+    case Format::FP32: launch_replay<A, float, void>(l, vtiles, stream); break;
+    case Format::BF16: launch_replay<A, __nv_bfloat16, void>(l, vtiles, stream); break;
+    default: launch_replay<A, __half, void>(l, vtiles, stream); break;
   }
 }
 
 }  // namespace gdn
-
-int gdn_replay_heads_per_cta(const GdnDims& dims, int batch, Format streamed) {
-  // Placeholder rule until measured: one head per CTA.
-  (void)dims, (void)batch, (void)streamed;
-  return 1;
-}
 
 void gdn_replay_step(const GdnReplayLaunch& l, cudaStream_t stream) {
   const char* what = "gdn_replay_step";
@@ -712,15 +636,6 @@ void gdn_replay_step(const GdnReplayLaunch& l, cudaStream_t stream) {
   // The tunables are checked before an empty launch returns (a sweep's bad value shows at once).
   if (l.v_tiles < 0 || l.v_tiles > l.step.dims.V)
     gdn::bad_launch(what, "v_tiles must be 0 (automatic) or 1..V (got " + std::to_string(l.v_tiles) + ")");
-  const int vpk = l.step.dims.HV / l.step.dims.HK;  // check_step_args: HV a multiple of HK
-  if (l.heads_per_cta < 0 || l.heads_per_cta > kGdnMaxReplayHeadsPerCta || (l.heads_per_cta > 0 && vpk % l.heads_per_cta != 0))
-    gdn::bad_launch(what, "heads_per_cta must be 0 (automatic) or a divisor of HV / HK = " + std::to_string(vpk) +
-                              " up to " + std::to_string(kGdnMaxReplayHeadsPerCta) + " (got " +
-                              std::to_string(l.heads_per_cta) + ")");
-  if (l.heads_per_cta == 2 && (l.route != GdnRoute::Inner || l.flush_arith != Arith::FP32 ||
-                               l.step.rounding != Rounding::Nearest))
-    gdn::bad_launch(what, "heads_per_cta = 2 needs route inner, flush_arith fp32 and nearest rounding (the kernels "
-                          "with two heads per CTA are the timed ones)");
   if (l.step.batch == 0) return;
   if (l.interval < 1 || l.interval > kGdnMaxInterval)
     gdn::bad_launch(what, "interval must be in 1.." + std::to_string(kGdnMaxInterval) + " (got " +
@@ -746,11 +661,10 @@ void gdn_replay_step(const GdnReplayLaunch& l, cudaStream_t stream) {
   }
   gdn::check_state_rows(what, l.step.dims.K, gdn::state_vec(l.ckpt_format), l.d_ckpt);
   const int vtiles = l.v_tiles > 0 ? l.v_tiles : gdn_v_tiles(l.step.dims, l.step.batch, streamed);
-  const int hpc = l.heads_per_cta > 0 ? l.heads_per_cta : gdn_replay_heads_per_cta(l.step.dims, l.step.batch, streamed);
   if (l.step.act_format == Format::BF16)
-    gdn::dispatch_state<__nv_bfloat16>(l, vtiles, hpc, stream);
+    gdn::dispatch_state<__nv_bfloat16>(l, vtiles, stream);
   else
-    gdn::dispatch_state<float>(l, vtiles, hpc, stream);
+    gdn::dispatch_state<float>(l, vtiles, stream);
 }
 
 }  // namespace rssm

@@ -63,7 +63,7 @@ struct Case {
   int interval = 1;
   Arith flush = Arith::FP32;  // the inner flush's arithmetic (GdnReplayLaunch::flush_arith)
   bool sr = false;            // stochastic rounding of the stored state (GdnStepArgs::rounding)
-  int hpc = 0;                // heads_per_cta of either launch (0: the launcher's choice)
+  int hpc = 0;                // eager: GdnEagerLaunch::heads_per_cta (0: the launcher's choice)
   std::optional<int> l2;      // l2_ahead of either launch (unset: the launch struct's default)
   int vt = 0;                 // v_tiles of either launch (1: a CTA streams whole heads, several chunks, even at 5 rows)
   std::string name() const {
@@ -219,7 +219,6 @@ void run_case(const Case& c, uint64_t seed) {
     lr.flush_arith = c.flush;
     if (c.l2) lr.l2_ahead = *c.l2;
     lr.v_tiles = c.vt;
-    lr.heads_per_cta = c.hpc;
   }
 
   Format judged = eager ? sf : Format::BF16;
@@ -541,34 +540,6 @@ TEST_CASE("gdn cuda replay: L2 prefetch distance, both routes, shared and dual",
       }
 }
 
-// Two value heads per replay CTA (one key head's; inner route, fp32 flush, nearest rounding: the timed kernels): the
-// same bounds as one head per CTA, for every checkpoint format, dual copies, fp16 read copies with value tiles of 43
-// rows (a short last chunk), the small geometry (K at run time, 16-row heads) and Qwen3.5-122B (four value heads per
-// key head). Intervals 4 and 16 cross flushes with rows at different fills.
-TEST_CASE("gdn cuda replay: two value heads per CTA, shared and dual", "[gpu][gdn][replay]") {
-  if (!have_device()) return;
-  for (int K : {4, 16}) {
-    for (Format s : {Format::FP32, Format::BF16, Format::FP16}) {
-      Case c;
-      c.geo = "qwen35-4b", c.dims = qwen4b(), c.kind = Kind::Replay, c.state = s, c.interval = K, c.hpc = 2, c.vt = 1;
-      run_case(c, seed_for(c));
-    }
-    Case d;
-    d.geo = "qwen35-4b", d.dims = qwen4b(), d.kind = Kind::Dual, d.interval = K, d.hpc = 2;
-    d.read = K == 4 ? Format::FP16 : Format::BF16, d.vt = K == 4 ? 3 : 1;
-    run_case(d, seed_for(d));
-    for (Kind kind : {Kind::Replay, Kind::Dual}) {
-      Case sm;
-      sm.geo = "small", sm.dims = small(), sm.kind = kind, sm.interval = K, sm.hpc = 2, sm.act = Format::FP32;
-      sm.state = kind == Kind::Replay && K == 16 ? Format::BF16 : Format::FP32;
-      run_case(sm, seed_for(sm));
-    }
-  }
-  Case big;
-  big.geo = "qwen35-122b", big.dims = qwen122b(), big.kind = Kind::Replay, big.interval = 16, big.hpc = 2, big.vt = 1;
-  run_case(big, seed_for(big));
-}
-
 TEST_CASE("gdn cuda replay: shared checkpoint, both routes, every interval, small geometry", "[gpu][gdn][replay]") {
   if (!have_device()) return;
   for (int K : {1, 4, 16, 32})
@@ -672,11 +643,4 @@ TEST_CASE("gdn cuda launchers reject bad launch structs with a message naming th
   l.route = GdnRoute::Inner, l.flush_arith = Arith::FP32, l.step.batch = 0;
   l.v_tiles = 17;
   CHECK_THROWS_WITH(gdn_replay_step(l, nullptr), Catch::Contains("v_tiles"));
-  l.v_tiles = 0, l.heads_per_cta = kGdnMaxReplayHeadsPerCta + 1;
-  CHECK_THROWS_WITH(gdn_replay_step(l, nullptr), Catch::Contains("heads_per_cta"));
-  l.heads_per_cta = 2, l.route = GdnRoute::Reconstruct;  // two heads per CTA: the timed kernels only
-  CHECK_THROWS_WITH(gdn_replay_step(l, nullptr), Catch::Contains("heads_per_cta = 2 needs route inner"));
-  l.route = GdnRoute::Inner, l.step.rounding = Rounding::Stochastic;
-  CHECK_THROWS_WITH(gdn_replay_step(l, nullptr), Catch::Contains("heads_per_cta = 2 needs route inner"));
-  l.step.rounding = Rounding::Nearest, l.heads_per_cta = 0;
 }
