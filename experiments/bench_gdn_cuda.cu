@@ -14,6 +14,9 @@
 //               ahead -1 = whole tile, 0, 1, 2, 4 chunks), named .../hpc:H/l2:D/batch:B
 //     --replay_tune  adds interval-16 replay rows at batch 256 over the L2 prefetch distance (-1 = whole tile,
 //               0, 1, 2, 4 chunks), named .../l2:D/batch:256
+//     --tiles_tune  adds rows at batch 1 and 8 over the CTAs per (row, value head), v_tiles 1 .. 32 (as many as
+//               leave one pass of rows per CTA): eager fp32 / bf16, and the interval-16 replay schemes of the targets,
+//               named .../vt:N/batch:B
 //   JSON: --benchmark_out=FILE --benchmark_out_format=json (context: GPU, driver, git commit, ceilings, geometry).
 //
 // Method (KERNELS.md "Measuring like the peers were measured"), as bench_mamba2_cuda: inputs and state already on
@@ -53,7 +56,7 @@ namespace {
 
 struct Options {
   std::string preset = "qwen35-4b";
-  bool full = false, smoke = false, once = false, eager_tune = false, replay_tune = false;
+  bool full = false, smoke = false, once = false, eager_tune = false, replay_tune = false, tiles_tune = false;
 };
 Options g_opt;
 Model g_model;
@@ -74,6 +77,7 @@ struct Config {
   int batch;
   bool tuned = false;  // tunables set (named in the case), else the launch structs' defaults
   int hpc = 0, l2 = 1;  // GdnEagerLaunch::heads_per_cta; l2_ahead of either launch
+  int vt = 0;           // v_tiles of either launch forced (named .../vt:N), 0 = the launcher's choice
 };
 
 const char* kind_name(Kind k) {
@@ -93,6 +97,7 @@ std::string bench_name(const Config& c) {
   if (c.scheme != Scheme::Eager) s += "/K" + std::to_string(c.interval) + "/" + kind_name(c.kind);
   if (c.tuned && c.scheme == Scheme::Eager) s += "/hpc:" + std::to_string(c.hpc);
   if (c.tuned) s += "/l2:" + std::to_string(c.l2);
+  if (c.vt > 0) s += "/vt:" + std::to_string(c.vt);
   return s + "/batch:" + std::to_string(c.batch);
 }
 
@@ -173,12 +178,13 @@ void bm_step(benchmark::State& st, Config c) {
   a.d_o = o.p, a.o_format = Format::BF16;
   GdnEagerLaunch le;
   le.step = a, le.state_format = c.state, le.d_state = ck.p;
-  le.heads_per_cta = c.hpc, le.l2_ahead = c.l2;
+  le.heads_per_cta = c.hpc, le.l2_ahead = c.l2, le.v_tiles = c.vt;
   GdnReplayLaunch lr;
   lr.step = a, lr.interval = KI, lr.capacity = cap, lr.route = c.route;
   lr.ckpt_format = dual ? Format::FP32 : c.state, lr.d_ckpt = ck.p;
   lr.dual = dual, lr.read_format = c.state, lr.d_read = dual ? rd.p : nullptr;
   if (c.tuned) lr.l2_ahead = c.l2;
+  lr.v_tiles = c.vt;
   lr.d_ring_u = ru.p, lr.d_ring_k = rk.p, lr.d_ring_G = rG.p, lr.d_fill = fill.p, lr.d_arrive = arrive.p;
 
   // The step sequence of one graph: per step, the fill it starts from (-1: leave the cursor to the kernel).
@@ -240,7 +246,8 @@ void bm_step(benchmark::State& st, Config c) {
   st.counters["us_median"] = med * 1e6;
   st.counters["of_copy"] = med > 0 ? bytes / med / 1e9 / g_copy_GBps : 0;
   st.counters["of_read"] = med > 0 ? bytes / med / 1e9 / g_read_GBps : 0;
-  st.counters["v_tiles"] = gdn_v_tiles({HK, HV, K, V}, B, c.state);  // c.state: the copy a non-flush step streams
+  // c.state: the copy a non-flush step streams
+  st.counters["v_tiles"] = c.vt > 0 ? c.vt : eager ? gdn_v_tiles({HK, HV, K, V}, B, c.state) : gdn_replay_v_tiles(lr);
 }
 
 void add(const Config& c) {
@@ -310,6 +317,28 @@ void register_all() {
     GdnRoute route;
     Format f;
   };
+  constexpr int kCtaThreads = 128;  // gdn::kThreads (gdn_device.cuh, not a host header)
+  // v_tiles of at least one pass of rows per CTA (the launchers' floor): fp32 4 rows, 16-bit 8 rows at K = 128.
+  const auto max_vt = [](Format f) { return g_model.gdn.V / (kCtaThreads / (g_model.gdn.K / (format_bytes(f) == 4 ? 4 : 8))); };
+  if (g_opt.tiles_tune) {
+    for (int b : {1, 8})
+      for (int vt = 1; vt <= 32; vt *= 2) {
+        for (Format f : {Format::FP32, Format::BF16})
+          if (vt <= max_vt(f)) {
+            Config c{Scheme::Eager, kInner, f, Kind::Step, 1, b};
+            c.vt = vt;
+            add(c);
+          }
+        for (S s : std::vector<S>{{Scheme::Replay, kInner, Format::FP32}, {Scheme::Replay, kRec, Format::FP32},
+                                  {Scheme::Replay, kInner, Format::BF16}, {Scheme::Dual, kInner, Format::BF16}})
+          if (vt <= max_vt(s.f))
+            for (Kind k : {Kind::Nonflush, Kind::Flush, Kind::Amortised}) {
+              Config c{s.sc, s.route, s.f, k, 16, b};
+              c.vt = vt;
+              add(c);
+            }
+      }
+  }
   // Default: the schemes of the targets at interval 16 at every batch; the route comparison (crossover) at every
   // interval at batch 256, and batch 1.
   const std::vector<S> at16 = {{Scheme::Replay, kInner, Format::FP32}, {Scheme::Replay, kRec, Format::FP32},
@@ -407,6 +436,7 @@ int main(int argc, char** argv) {
     else if (a == "--once") g_opt.once = true;
     else if (a == "--eager_tune") g_opt.eager_tune = true;
     else if (a == "--replay_tune") g_opt.replay_tune = true;
+    else if (a == "--tiles_tune") g_opt.tiles_tune = true;
     else rest.push_back(argv[i]);
   }
   try {

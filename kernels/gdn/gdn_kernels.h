@@ -120,7 +120,7 @@ struct GdnReplayLaunch {
   // (Qwen3.5-4B, batch 256, K16 amortised) 0 is fastest: inner fp32 227 us with whole tiles, 205 at 0, 218 at 4;
   // reconstruct 297 -> 259; dual 169 -> 159 (benchmarks/experiments/gdn_l2_ahead.h200.json).
   int l2_ahead = 0;
-  int v_tiles = 0;  // CTAs per (row, value head), 1..V; 0 = gdn_v_tiles' choice
+  int v_tiles = 0;  // CTAs per (row, value head), 1..V; 0 = gdn_replay_v_tiles' choice
 };
 
 // Largest interval a replay launch accepts (per-entry weights and the flush's keys live in shared memory).
@@ -132,6 +132,8 @@ void gdn_replay_step(const GdnReplayLaunch& launch, cudaStream_t stream);
 // CTAs per (row, value head) the launchers use for `batch` rows: the value dim is split into tiles when few rows
 // would leave SMs idle. Exposed for the tests and the benchmark's labels.
 int gdn_v_tiles(const GdnDims& dims, int batch, Format state_format);
+// CTAs per (row, value head) of gdn_replay_step (launch.v_tiles when set; its streamed copy decides the row layout).
+int gdn_replay_v_tiles(const GdnReplayLaunch& launch);
 // Value heads per CTA of gdn_eager_step when GdnEagerLaunch::heads_per_cta is 0: 16-bit states, whose CTAs are short
 // (a 32 KiB head at 4 CTAs per SM), share the key head's prologue among the HV / HK heads while the launch keeps
 // >= 2048 CTAs (bf16, batch 256: 160 -> 152 us on the H200); fp32 states and split value dims: 1.

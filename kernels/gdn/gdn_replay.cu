@@ -624,6 +624,11 @@ void dispatch_state(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
 
 }  // namespace gdn
 
+int gdn_replay_v_tiles(const GdnReplayLaunch& l) {
+  if (l.v_tiles > 0) return l.v_tiles;
+  return gdn_v_tiles(l.step.dims, l.step.batch, l.dual ? l.read_format : l.ckpt_format);
+}
+
 void gdn_replay_step(const GdnReplayLaunch& l, cudaStream_t stream) {
   const char* what = "gdn_replay_step";
   if (l.flush_arith != Arith::FP32 && l.flush_arith != Arith::TF32 && l.flush_arith != Arith::TF32x3 &&
@@ -646,21 +651,18 @@ void gdn_replay_step(const GdnReplayLaunch& l, cudaStream_t stream) {
     gdn::bad_launch(what, "d_ckpt, d_ring_u, d_ring_k, d_ring_G, d_fill and d_arrive must all be set");
   if (l.step.dims.K % 8 != 0) gdn::bad_launch(what, "key dim K must be a multiple of 8 (16-byte ring loads of k)");
   if (reinterpret_cast<uintptr_t>(l.d_ring_k) % 16 != 0) gdn::bad_launch(what, "d_ring_k must be 16-byte aligned");
-  Format streamed;  // the copy whose vector width sets the row layout of non-flush steps (both copies are checked)
   if (l.dual) {
     if (l.ckpt_format != Format::FP32) gdn::bad_launch(what, "a dual checkpoint's update copy must be fp32");
     if (l.read_format != Format::BF16 && l.read_format != Format::FP16)
       gdn::bad_launch(what, "read_format must be bf16 or fp16 (got " + format_name(l.read_format) + ")");
     if (!l.d_read) gdn::bad_launch(what, "d_read must be set for a dual checkpoint");
     gdn::check_state_rows(what, l.step.dims.K, gdn::state_vec(l.read_format), l.d_read);
-    streamed = l.read_format;
   } else {
     if (l.ckpt_format != Format::FP32 && l.ckpt_format != Format::BF16 && l.ckpt_format != Format::FP16)
       gdn::bad_launch(what, "ckpt_format must be fp32, bf16 or fp16 (got " + format_name(l.ckpt_format) + ")");
-    streamed = l.ckpt_format;
   }
   gdn::check_state_rows(what, l.step.dims.K, gdn::state_vec(l.ckpt_format), l.d_ckpt);
-  const int vtiles = l.v_tiles > 0 ? l.v_tiles : gdn_v_tiles(l.step.dims, l.step.batch, streamed);
+  const int vtiles = gdn_replay_v_tiles(l);
   if (l.step.act_format == Format::BF16)
     gdn::dispatch_state<__nv_bfloat16>(l, vtiles, stream);
   else
