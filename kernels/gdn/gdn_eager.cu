@@ -16,6 +16,7 @@
 #include <cuda_fp16.h>
 
 #include "common/cuda_check.h"
+#include "common/device_query.h"
 #include "gdn/gdn_device.cuh"
 
 namespace rssm {
@@ -195,11 +196,19 @@ void dispatch_act(const GdnEagerLaunch& l, int vtiles, int hpc, cudaStream_t str
 }  // namespace gdn
 
 int gdn_v_tiles(const GdnDims& dims, int batch, Format state_format) {
-  // Aim for >= 2048 CTAs (about 16 per SM on 132 SMs); never split below one pass of rows.
-  const int lanes = dims.K / gdn::state_vec(state_format);
+  // Small batches are latency chains per CTA (slot, state; replay: cursor, ring, prologue), so the fastest split is
+  // the fewest CTAs that still spread the state over the SMs: halve the tiles' rows while the grid stays within 4 CTAs
+  // per SM and a tile keeps >= 8 KiB of state. On the H200 (Qwen3.5-4B, benchmarks/experiments/gdn_v_tiles.h200.json)
+  // that is 8 tiles at batch 1 and 2 at batch 8 for fp32 (eager 8.1 -> 5.2 us and 16.1 -> 13.3; inner replay K16
+  // 17.6 -> 8.4 and 24.9 -> 14.5); the rule it replaced (>= 2048 CTAs) chose 32 and 8, and a second wave of CTAs
+  // doubles the chain. Never below one pass of rows.
+  const int vec = gdn::state_vec(state_format);
+  const int lanes = dims.K / vec;
   const int rows_per_pass = lanes > 0 ? gdn::kThreads / lanes : dims.V;
+  const long long head_bytes = static_cast<long long>(dims.V) * dims.K * (vec == 4 ? 4 : 2);
+  const long long ctas = static_cast<long long>(batch) * dims.HV, slots = 4LL * sm_count();
   int tiles = 1;
-  while (static_cast<long long>(batch) * dims.HV * tiles < 2048 &&
+  while (ctas * 2 * tiles <= slots && head_bytes / (2 * tiles) >= 8192 &&
          (dims.V + 2 * tiles - 1) / (2 * tiles) >= rows_per_pass)
     tiles *= 2;
   return tiles;

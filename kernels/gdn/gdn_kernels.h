@@ -130,7 +130,8 @@ void gdn_eager_step(const GdnEagerLaunch& launch, cudaStream_t stream);
 void gdn_replay_step(const GdnReplayLaunch& launch, cudaStream_t stream);
 
 // CTAs per (row, value head) the launchers use for `batch` rows: the value dim is split into tiles when few rows
-// would leave SMs idle. Exposed for the tests and the benchmark's labels.
+// would leave SMs idle, into no more CTAs than fit in one wave (gdn_eager.cu says how it was chosen). Exposed for the
+// tests and the benchmark's labels.
 int gdn_v_tiles(const GdnDims& dims, int batch, Format state_format);
 // CTAs per (row, value head) of gdn_replay_step (launch.v_tiles when set; its streamed copy decides the row layout).
 int gdn_replay_v_tiles(const GdnReplayLaunch& launch);

@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/device_query.h"
 #include "mamba2/mamba2_device.cuh"
 
 namespace rssm {
@@ -524,21 +525,6 @@ void dispatch_grouped_state(const Mamba2ReplayLaunch& l, int hc, int ptiles, cud
     case Format::BF16: launch_grouped<A, __nv_bfloat16, void>(l, hc, ptiles, stream); break;
     default: launch_grouped<A, __half, void>(l, hc, ptiles, stream); break;
   }
-}
-
-// SMs of the current device (cached per device: a cheap attribute query, no synchronisation, legal in a capture).
-int sm_count() {
-  static int cache[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
-  if (dev >= 0 && dev < 64 && cache[dev] > 0) return cache[dev];
-  int n = 0;
-  if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n <= 0) {
-    (void)cudaGetLastError();
-    n = 132;
-  }
-  if (dev >= 0 && dev < 64) cache[dev] = n;
-  return n;
 }
 
 // Heads per CTA and P-tiles of the grouped variant. Serving batches: as many heads of a group per CTA (a power of
