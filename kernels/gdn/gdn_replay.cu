@@ -59,9 +59,10 @@ struct ReplaySmem {
   __host__ __device__ int off_rk() const { return off_wf() + up4(E); }   // [rows] ring sum against k_t
   __host__ __device__ int off_rq() const { return off_rk() + up4(rows); }  // [rows] ring sum against q_t
   __host__ __device__ int off_v() const { return off_rq() + up4(rows); }   // [rows] v_t of the tile's rows
+  __host__ __device__ int off_G() const { return off_v() + up4(rows); }     // [E] G_e (small-batch prologue)
   // The keys and weighted u of the entries (reconstruct: fp32 values of the rebuild; inner flush: the flush terms'
   // operands staged in flush_arith, F rows per entry, numeric/arith.h).
-  __host__ __device__ int off_keys() const { return off_v() + up4(rows); }  // [E·F, up4(K)] k_e
+  __host__ __device__ int off_keys() const { return off_G() + up4(E); }  // [E·F, up4(K)] k_e
   __host__ __device__ int off_uw() const { return off_keys() + E * F * up4(K); }  // [E·F, rows] weight·u_e per row
   __host__ __device__ int floats() const { return off_uw() + E * F * rows; }
 };
@@ -88,6 +89,20 @@ __device__ inline void load_f32(const float* p, float v[kVec]) {
   }
 }
 
+// One chunk of a tile (kUnroll passes of rows from i0, rows_per_pass rows per pass) into registers as raw 16-byte
+// vectors, streaming loads; rows past v_end hold zeros. `lane0`: the thread's vector of row 0 of the head.
+template <class T>
+__device__ inline void load_chunk_raw(const T* lane0, int K, int i0, int rsub, int rows_per_pass, int v_end,
+                                      uint4 (&q)[kUnroll]) {
+  constexpr int kPass = kThreads * StateVec<T>::kVec;
+  const T* r0 = lane0 + static_cast<long long>(i0 + rsub) * K;
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const bool live = i0 + u * rows_per_pass + rsub < v_end;
+    q[u] = live ? __ldcs(reinterpret_cast<const uint4*>(r0 + u * kPass)) : make_uint4(0, 0, 0, 0);
+  }
+}
+
 // Streams the CTA's tile of `src` once. Non-flush steps: src is the read copy (dual) or the shared checkpoint, R is
 // void. Flush steps: src is the checkpoint (dual: the fp32 update copy, R the read-copy type), written back.
 // kL: lanes of a row when K is fixed at compile time (the kernel's kK), else 0. Rows u of a chunk are one pass of
@@ -95,9 +110,11 @@ __device__ inline void load_f32(const float* p, float v[kVec]) {
 // kSR (flush steps): the stores round stochastically, row i's vector at element t.elem0 + i·K. kArith: the flush
 // folds in t.fa with t.F terms per entry; false: fp32, one term (the fold the timed kernels run, nothing staged at
 // run time).
+// pre / have_pre: the tile's first chunk of `src`, already loaded (the small-batch prologue reads it with the slot).
 template <class T, class R, bool kInner, bool kFlush, int kL, bool kSR, bool kArith>
-__device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, R* rd, const float* smem,
-                            const ReplaySmem& L) {
+__device__ __forceinline__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, R* rd,
+                                            const float* smem, const ReplaySmem& L, const uint4 (&pre)[kUnroll],
+                                            bool have_pre) {
   constexpr int kVec = StateVec<T>::kVec;
   float kv[kVec], qv[kVec], kbv[kVec];
   load_f32<kVec>(smem + L.off_k() + t.c * kVec, kv);
@@ -121,15 +138,16 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
   uint4 qa[kUnroll];
   const float* s_v = smem + L.off_v();  // v_t by tile row: read by the lane that finishes a row, not by all its lanes
   const auto load_raw = [&](int i0, uint4 (&q)[kUnroll]) {
-    const T* r0 = src + static_cast<long long>(i0 + t.rsub) * t.K;
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = i0 + u * t.rows_per_pass + t.rsub;
-      const bool live = i < t.v_end;
-      q[u] = live ? __ldcs(reinterpret_cast<const uint4*>(r0 + u * kPass)) : make_uint4(0, 0, 0, 0);
-    }
+    load_chunk_raw(src, t.K, i0, t.rsub, t.rows_per_pass, t.v_end, q);
   };
-  if constexpr (kAhead) load_raw(t.v_begin, qa);
+  if constexpr (kAhead) {
+    if (have_pre) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) qa[u] = pre[u];
+    } else {
+      load_raw(t.v_begin, qa);
+    }
+  }
   const T* const row0 = src - t.c * kVec;  // row 0 of the head, lane 0
   const int ahead = t.l2_ahead >= 0 ? (t.l2_ahead + 2) * span : 0;  // the prefetch window's end, rows past i0
   for (int i0 = t.v_begin; i0 < t.v_end; i0 += span) {
@@ -145,11 +163,15 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
       for (int u = 0; u < kUnroll; ++u) StateVec<T>::unpack(qa[u], s[u]);  // zero bits: 0.0f
       if (i0 + span < t.v_end) load_raw(i0 + span, qa);
     } else {
+      const bool from_pre = have_pre && i0 == t.v_begin;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {  // every load first: kUnroll independent 16-byte loads in flight
         const int i = i0 + u * t.rows_per_pass + t.rsub;
         if (i < t.v_end) {
-          StateVec<T>::load(r0 + u * kPass, s[u]);
+          if (from_pre)
+            StateVec<T>::unpack(pre[u], s[u]);
+          else
+            StateVec<T>::load(r0 + u * kPass, s[u]);
           vv[u] = s_v[il[u]];
         } else {
 #pragma unroll
@@ -308,8 +330,9 @@ __device__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, 
 // kSR: the flush's stores round stochastically (a 16-bit checkpoint or read copy), at step d_pos[row] + 1.
 // kArith: the flush arithmetic is l.flush_arith (inner route); false: fp32, with F = 1 known at compile time (the
 // staging loops and operand switches a run-time arithmetic costs slowed the fp32 flush 511 -> 565 us on the H200).
-// The body of both kernels below (they differ in their register budget only).
-template <class A, class CK, class RD, bool kInner, int kK, bool kSR, bool kArith>
+// kSmall: the small-batch prologue (gdn_replay_small_kernel): every read the step may need is issued with the slot.
+// The body of the kernels below (they differ in their register budget and kSmall only).
+template <class A, class CK, class RD, bool kInner, int kK, bool kSR, bool kArith, bool kSmall = false>
 __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
@@ -331,6 +354,45 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   const int v_begin = tile * tile_rows, v_end = min(V, v_begin + tile_rows);
   const long long head_off = (static_cast<long long>(slot) * HV + h) * V * K;
   const int src_span = kThreads / (K / StateVec<Src>::kVec) * kUnroll;  // rows of a non-flush chunk
+  // The cursor: read now, stored for the CTA just before load_normalised's last barrier (a store right after the
+  // read would hold warp 0's q and k reads behind it, a second memory latency before that barrier).
+  int f_own = 0;
+  if (tid == 0) f_own = __ldcg(&l.d_fill[slot]);  // L2: the last writer ran on another SM
+  const int cap = l.capacity;
+  const float* rG = l.d_ring_G + static_cast<long long>(slot) * cap * HV + h;                               // + e·HV
+  const uint16_t* ru = l.d_ring_u + static_cast<long long>(slot) * cap * HV * V + static_cast<long long>(h) * V;  // + e·HV·V
+  const uint16_t* rk = l.d_ring_k + static_cast<long long>(slot) * cap * HK * K + static_cast<long long>(hk) * K;  // + e·HK·K
+  const int i_own = v_begin + tid;  // the thread's first row of the tile (the ring sums, v_t)
+  constexpr int kKeysAhead = 4;     // entries per warp whose keys are read in the wave (intervals up to 16: all)
+  constexpr int kUAhead = 16;       // entries of the thread's first row of u read in the wave
+  uint4 key_pre[kKeysAhead];
+  uint16_t u_pre[kUAhead];
+  float G_own = 0.0f;  // entry tid's G (the weights' thread)
+  // The ring reads of the prologue: entries below `live` (G, the warp's first keys, the thread's row of u).
+  const auto ring_wave = [&](int live) {
+    G_own = tid < live ? rG[static_cast<long long>(tid) * HV] : 0.0f;
+#pragma unroll
+    for (int m = 0; m < kKeysAhead; ++m) {
+      const int e = warp + m * kWarps;
+      key_pre[m] = e < live && lane * 8 < K ? *reinterpret_cast<const uint4*>(rk + static_cast<long long>(e) * HK * K + lane * 8)
+                                            : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int e = 0; e < kUAhead; ++e)
+      u_pre[e] = e < live && i_own < v_end ? ru[static_cast<long long>(e) * HV * V + i_own] : uint16_t(0);
+  };
+  // Small batch: the tile's first chunk of what a non-flush step streams (a flush of a shared checkpoint streams the
+  // same bytes; a dual flush reloads), and the ring entries that may be live (0 .. interval−2, whatever the cursor
+  // says), all issued now, so the step waits on one memory latency after the slot as the eager step does.
+  uint4 chunk0[kUnroll];
+  if constexpr (kSmall) {
+    constexpr int kVecS = StateVec<Src>::kVec;
+    const int lanes = K / kVecS;
+    const Src* lane0 = static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) + head_off + (tid % lanes) * kVecS;
+    load_chunk_raw(lane0, K, v_begin, tid / lanes, kThreads / lanes, v_end, chunk0);
+    ring_wave(l.interval - 1);
+  }
+
   {
     // Start the tile's state on its way into L2 now: the prologue below waits on two waves of small reads (the
     // cursor, then the ring entries it selects). The whole tile (l2_ahead < 0), or the chunks the stream will load
@@ -342,7 +404,8 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   if (vtiles > 1) {
     // Small batch (the value dim is split): the step is latency-bound, a chain of dependent loads (fill, G_{j−1},
     // keys, u rows). Send every entry that may be live (0 .. interval−2) to L2 with the state, so the chain runs on
-    // L2 hits. At serving batch (one tile) this would add ring bytes that are not live, so it is left out there.
+    // L2 hits (kSmall reads the first entries directly; this serves the rest, and the other kernels). At serving
+    // batch (one tile) this would add ring bytes that are not live, so it is left out there.
     const int cap = l.capacity, ents = l.interval - 1;
     const char* ub = reinterpret_cast<const char*>(l.d_ring_u + static_cast<long long>(slot) * cap * HV * V +
                                                    static_cast<long long>(h) * V + v_begin);
@@ -359,26 +422,19 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     }
   }
 
-  if (tid == 0) {  // ring cursor hand-off (see the top of this file); the arrival comes once j is known
-    int f = __ldcg(&l.d_fill[slot]);     // L2: the last writer ran on another SM
-    f = min(max(f, 0), l.interval - 1);  // a corrupt cursor must not send ring writes out of bounds
-    s_fill = f;
-  }
-
-  // The prologue is a chain of reads that wait on each other: the cursor, then the ring entries it selects. Under a
-  // saturated memory system each read waits behind the stream for microseconds, and the stream's CTAs per SM sit
-  // idle for the chain's length, so the reads are issued in two waves: the cursor with q_t, k_t and the gate's
-  // inputs, then, once j is known, every ring read at once (G, the warp's first keys, the thread's row of u).
+  // Otherwise the prologue's reads are issued in two waves: the cursor with q_t, k_t and the gate's inputs, then,
+  // once j is known, every ring read at once. Under a saturated memory system each read waits behind the stream for
+  // microseconds, and the stream's CTAs per SM sit idle for the chain's length; reading entries that are not live
+  // would add ring bytes to every step.
   const GateIn<A> gin = gate_in<A>(a, row, h);
   const A* v = static_cast<const A*>(a.d_v) + row * or_default(a.v_stride, static_cast<long long>(HV) * V) +
                static_cast<long long>(h) * V;
-  const int i_own = v_begin + tid;  // the thread's first row of the tile (the ring sums, v_t)
   const A v_own = i_own < v_end ? v[i_own] : A(0.0f);
-  load_normalised<A>(a, row, hk, smem + L.off_q(), smem + L.off_k(), smem + L.off_red());  // ends in a barrier
-  const int cap = l.capacity;
-  const float* rG = l.d_ring_G + static_cast<long long>(slot) * cap * HV + h;                               // + e·HV
-  const uint16_t* ru = l.d_ring_u + static_cast<long long>(slot) * cap * HV * V + static_cast<long long>(h) * V;  // + e·HV·V
-  const uint16_t* rk = l.d_ring_k + static_cast<long long>(slot) * cap * HK * K + static_cast<long long>(hk) * K;  // + e·HK·K
+  load_normalised<A>(a, row, hk, smem + L.off_q(), smem + L.off_k(), smem + L.off_red(), [&] {  // ends in a barrier
+    if (tid == 0) s_fill = min(max(f_own, 0), l.interval - 1);  // a corrupt cursor must not send writes out of bounds
+    if constexpr (kSmall)
+      if (tid < l.interval - 1) smem[L.off_G() + tid] = G_own;
+  });
   const int j = s_fill;  // the current token's entry
   const bool flush = j + 1 == l.interval;
   const int nent = j + 1;
@@ -387,21 +443,13 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     __threadfence();
     arrivals = atomicAdd(&l.d_arrive[slot], 1);
   }
-  const float G_prev = j > 0 ? rG[static_cast<long long>(j - 1) * HV] : 0.0f;
-  const float G_own = tid < j ? rG[static_cast<long long>(tid) * HV] : 0.0f;  // entry tid's (the weights' thread)
-  constexpr int kKeysAhead = 4;  // entries per warp whose keys are read in the wave (intervals up to 16: all)
-  uint4 key_pre[kKeysAhead];
-#pragma unroll
-  for (int m = 0; m < kKeysAhead; ++m) {
-    const int e = warp + m * kWarps;
-    key_pre[m] = e < j && lane * 8 < K ? *reinterpret_cast<const uint4*>(rk + static_cast<long long>(e) * HK * K + lane * 8)
-                                       : make_uint4(0, 0, 0, 0);
+  float G_prev;
+  if constexpr (kSmall) {
+    G_prev = j > 0 ? smem[L.off_G() + j - 1] : 0.0f;
+  } else {
+    G_prev = j > 0 ? rG[static_cast<long long>(j - 1) * HV] : 0.0f;
+    ring_wave(j);
   }
-  constexpr int kUAhead = 16;  // entries of the thread's first row of u read in the wave
-  uint16_t u_pre[kUAhead];
-#pragma unroll
-  for (int e = 0; e < kUAhead; ++e)
-    u_pre[e] = e < j && i_own < v_end ? ru[static_cast<long long>(e) * HV * V + i_own] : uint16_t(0);
   if (tid == 0 && arrivals == per_row - 1) {
     __threadfence();
     l.d_arrive[slot] = 0;
@@ -414,13 +462,12 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   __syncthreads();  // bf16(k_t) visible
 
   // Keys of the entries: dots with k_t and q_t (inner route), fp32 copies where the stream needs them (reconstruct
-  // route, and the inner route's flush). One warp per entry, 8 bf16 per lane per 16-byte load; `pre`: the entry's
-  // first 16 bytes of the lane, read in the wave above.
+  // route, and the inner route's flush).
   const bool keep_keys = !kInner || flush;
   const int ldk = ReplaySmem::up4(K);
-  const auto key_entry = [&](int e, const uint4* pre) {
-    if (!kInner && e == j) return;  // warp-uniform: the reconstruct route needs no dots and no copy of entry j
-    float dk = 0.0f, dq = 0.0f;
+  // Entry e's slice of the lane (8 bf16 per 16-byte load; `pre`: its first 16 bytes, read in the wave above): the
+  // flush terms staged where kept, and the lane's partial dots with k_t and q_t added to dk and dq (inner route).
+  const auto key_partial = [&](int e, const uint4* pre, float& dk, float& dq) {
     for (int n = lane * 8; n < K; n += 32 * 8) {
       float b[8];
       if (e < j) {
@@ -445,16 +492,35 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
         }
       }
     }
+  };
+  // The reconstruct route needs no dots and no copy of entry j (warp-uniform tests). The warp's first kKeysAhead
+  // entries (one warp per entry) have their 2·kKeysAhead dots reduced together: reduce_scatter's 9 shuffles instead
+  // of 40, each sum bit for bit row_sum's (its partner order).
+  {
+    float acc[2 * kKeysAhead];
+#pragma unroll
+    for (int m = 0; m < 2 * kKeysAhead; ++m) acc[m] = 0.0f;
+#pragma unroll
+    for (int m = 0; m < kKeysAhead; ++m) {
+      const int e = warp + m * kWarps;
+      if (e < nent && (kInner || e != j)) key_partial(e, &key_pre[m], acc[m], acc[kKeysAhead + m]);
+    }
+    if constexpr (kInner)
+      reduce_scatter_each<2 * kKeysAhead, 32>(acc, 32, [&](int i, float sum) {
+        const int e = warp + (i % kKeysAhead) * kWarps;
+        if (e < nent) smem[(i < kKeysAhead ? L.off_kk() : L.off_kq()) + e] = sum;
+      });
+  }
+  for (int e = warp + kKeysAhead * kWarps; e < nent; e += kWarps) {
+    if (!kInner && e == j) continue;
+    float dk = 0.0f, dq = 0.0f;
+    key_partial(e, nullptr, dk, dq);
     if constexpr (kInner) {
       dk = row_sum(dk, 32);
       dq = row_sum(dq, 32);
       if (lane == 0) smem[L.off_kk() + e] = dk, smem[L.off_kq() + e] = dq;
     }
-  };
-#pragma unroll
-  for (int m = 0; m < kKeysAhead; ++m)
-    if (warp + m * kWarps < nent) key_entry(warp + m * kWarps, &key_pre[m]);
-  for (int e = warp + kKeysAhead * kWarps; e < nent; e += kWarps) key_entry(e, nullptr);
+  }
   __syncthreads();
   for (int e = tid; e < nent; e += kThreads) {
     const float Ge = e < j ? (e == tid ? G_own : rG[static_cast<long long>(e) * HV]) : G_t;
@@ -523,16 +589,18 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     constexpr int kVec = StateVec<Src>::kVec;
     t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
     Src* src = static_cast<Src*>(kDual ? l.d_read : l.d_ckpt) + head_off + t.c * kVec;
-    stream_tile<Src, void, kInner, false, kK / StateVec<Src>::kVec, false, false>(l, t, src, nullptr, smem, L);
+    stream_tile<Src, void, kInner, false, kK / StateVec<Src>::kVec, false, false>(l, t, src, nullptr, smem, L, chunk0,
+                                                                                  kSmall);
   } else {
     constexpr int kVec = StateVec<CK>::kVec;
     t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
     CK* ck = static_cast<CK*>(l.d_ckpt) + head_off + t.c * kVec;
     if constexpr (kDual) {
       RD* rd = static_cast<RD*>(l.d_read) + head_off + t.c * kVec;
-      stream_tile<CK, RD, kInner, true, kK / StateVec<CK>::kVec, kSR, kArith>(l, t, ck, rd, smem, L);
+      stream_tile<CK, RD, kInner, true, kK / StateVec<CK>::kVec, kSR, kArith>(l, t, ck, rd, smem, L, chunk0, false);
     } else {
-      stream_tile<CK, void, kInner, true, kK / StateVec<CK>::kVec, kSR, kArith>(l, t, ck, nullptr, smem, L);
+      stream_tile<CK, void, kInner, true, kK / StateVec<CK>::kVec, kSR, kArith>(l, t, ck, nullptr, smem, L, chunk0,
+                                                                                kSmall);  // the same bytes
     }
   }
 }
@@ -562,6 +630,15 @@ __global__ void __launch_bounds__(kThreads, kRecMinBlocks) gdn_replay_rec_kernel
   replay_step<A, CK, RD, false, kK, false, false>(l, vtiles);
 }
 
+// Small batches (the value dim split into tiles, at most a wave of CTAs: gdn_v_tiles): the prologue that issues every
+// read with the slot (replay_step's kSmall), K = kPresetK, bf16 activations (what serving runs; other launches take
+// the kernels above). Its registers hold the first chunk and the ring entries through the prologue; at most a wave of
+// CTAs runs, so 4 per SM (128 registers) is no limit.
+template <class A, class CK, class RD, bool kInner>
+__global__ void __launch_bounds__(kThreads, 4) gdn_replay_small_kernel(GdnReplayLaunch l, int vtiles) {
+  replay_step<A, CK, RD, kInner, kPresetK, false, false, true>(l, vtiles);
+}
+
 template <class A, class CK, class RD>
 void launch_replay(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
   const long long blocks = static_cast<long long>(l.step.batch) * l.step.dims.HV * vtiles;
@@ -587,6 +664,10 @@ void launch_replay(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
   } else {
     kernel = preset ? gdn_replay_kernel<A, CK, RD, true, kPresetK, false, false>
                     : gdn_replay_kernel<A, CK, RD, true, 0, false, false>;
+  }
+  if constexpr (std::is_same<A, __nv_bfloat16>::value) {
+    if (vtiles > 1 && preset)
+      kernel = inner ? gdn_replay_small_kernel<A, CK, RD, true> : gdn_replay_small_kernel<A, CK, RD, false>;
   }
   // A flush arithmetic other than fp32 (inner route), and stochastic rounding where a 16-bit copy is stored (an fp32
   // checkpoint stores without rounding): kernels for any K (their speed is not what such runs measure, and each

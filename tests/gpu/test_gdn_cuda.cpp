@@ -540,6 +540,27 @@ TEST_CASE("gdn cuda replay: L2 prefetch distance, both routes, shared and dual",
       }
 }
 
+// Split value dims with bf16 activations at K = 128 run the small-batch kernel (gdn_replay_small_kernel), which
+// reads the first chunk and every entry that may be live (poisoned past the fill here) before it knows the cursor:
+// 8 tiles (one chunk each, the batch-1 shape) and 32 (4 rows, less than a pass of a 16-bit copy) here; 2 (several
+// chunks per tile) is the launcher's choice for the 5 rows of the Qwen3.5-4B case below. Interval 64: entries past
+// the 16 it holds in registers.
+TEST_CASE("gdn cuda replay: small-batch kernel, split value dims, both routes, shared and dual", "[gpu][gdn][replay]") {
+  if (!have_device()) return;
+  for (int vt : {8, 32})
+    for (int K : {16, 64})
+      for (GdnRoute route : {GdnRoute::Inner, GdnRoute::Reconstruct}) {
+        Case c;
+        c.geo = "qwen35-4b", c.dims = qwen4b(), c.route = route, c.interval = K, c.vt = vt;
+        for (Format f : {Format::FP32, Format::BF16}) {
+          c.kind = Kind::Replay, c.state = f;
+          run_case(c, seed_for(c));
+        }
+        c.kind = Kind::Dual, c.state = Format::FP32, c.read = Format::BF16;
+        run_case(c, seed_for(c));
+      }
+}
+
 TEST_CASE("gdn cuda replay: shared checkpoint, both routes, every interval, small geometry", "[gpu][gdn][replay]") {
   if (!have_device()) return;
   for (int K : {1, 4, 16, 32})
