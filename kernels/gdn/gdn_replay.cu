@@ -354,10 +354,6 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   const int v_begin = tile * tile_rows, v_end = min(V, v_begin + tile_rows);
   const long long head_off = (static_cast<long long>(slot) * HV + h) * V * K;
   const int src_span = kThreads / (K / StateVec<Src>::kVec) * kUnroll;  // rows of a non-flush chunk
-  // The cursor: read now, stored for the CTA just before load_normalised's last barrier (a store right after the
-  // read would hold warp 0's q and k reads behind it, a second memory latency before that barrier).
-  int f_own = 0;
-  if (tid == 0) f_own = __ldcg(&l.d_fill[slot]);  // L2: the last writer ran on another SM
   const int cap = l.capacity;
   const float* rG = l.d_ring_G + static_cast<long long>(slot) * cap * HV + h;                               // + e·HV
   const uint16_t* ru = l.d_ring_u + static_cast<long long>(slot) * cap * HV * V + static_cast<long long>(h) * V;  // + e·HV·V
@@ -381,11 +377,17 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     for (int e = 0; e < kUAhead; ++e)
       u_pre[e] = e < live && i_own < v_end ? ru[static_cast<long long>(e) * HV * V + i_own] : uint16_t(0);
   };
-  // Small batch: the tile's first chunk of what a non-flush step streams (a flush of a shared checkpoint streams the
-  // same bytes; a dual flush reloads), and the ring entries that may be live (0 .. interval−2, whatever the cursor
-  // says), all issued now, so the step waits on one memory latency after the slot as the eager step does.
+  // Small batch: the cursor (stored for the CTA just before load_normalised's last barrier: stored right after its
+  // read, it would hold warp 0's q and k reads a memory latency behind it), the tile's first chunk of what a non-flush
+  // step streams (a flush of a shared checkpoint streams the same bytes; a dual flush reloads), and the ring entries
+  // that may be live (0 .. interval−2, whatever the cursor says), all issued now, so the step waits on one memory
+  // latency after the slot as the eager step does. Serving batch: the cursor is read after the prefetches below and
+  // stored at once (this kernel's order, applied to every kernel, measured 1-7% slower at batch 256 in one A/B call:
+  // benchmarks/experiments/README.md).
+  int f_own = 0;
   uint4 chunk0[kUnroll];
   if constexpr (kSmall) {
+    if (tid == 0) f_own = __ldcg(&l.d_fill[slot]);  // L2: the last writer ran on another SM
     constexpr int kVecS = StateVec<Src>::kVec;
     const int lanes = K / kVecS;
     const Src* lane0 = static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) + head_off + (tid % lanes) * kVecS;
@@ -422,6 +424,10 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     }
   }
 
+  if constexpr (!kSmall) {
+    if (tid == 0) s_fill = min(max(__ldcg(&l.d_fill[slot]), 0), l.interval - 1);  // a corrupt cursor: clamped
+  }
+
   // Otherwise the prologue's reads are issued in two waves: the cursor with q_t, k_t and the gate's inputs, then,
   // once j is known, every ring read at once. Under a saturated memory system each read waits behind the stream for
   // microseconds, and the stream's CTAs per SM sit idle for the chain's length; reading entries that are not live
@@ -431,9 +437,10 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
                static_cast<long long>(h) * V;
   const A v_own = i_own < v_end ? v[i_own] : A(0.0f);
   load_normalised<A>(a, row, hk, smem + L.off_q(), smem + L.off_k(), smem + L.off_red(), [&] {  // ends in a barrier
-    if (tid == 0) s_fill = min(max(f_own, 0), l.interval - 1);  // a corrupt cursor must not send writes out of bounds
-    if constexpr (kSmall)
+    if constexpr (kSmall) {
+      if (tid == 0) s_fill = min(max(f_own, 0), l.interval - 1);  // a corrupt cursor must not send writes out of bounds
       if (tid < l.interval - 1) smem[L.off_G() + tid] = G_own;
+    }
   });
   const int j = s_fill;  // the current token's entry
   const bool flush = j + 1 == l.interval;
@@ -457,9 +464,11 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   }
 
   const Gate gt = gate_from<A>(gin);
+  // bf16(k_t), entry j's key, for the key dots, the stream and the ring write (the small kernel's key dots round it
+  // themselves and spend no barrier on it here).
   for (int n = tid; n < K; n += kThreads) smem[L.off_kb() + n] = round_bf16(smem[L.off_k() + n]);
   const float G_t = G_prev + gt.g;
-  __syncthreads();  // bf16(k_t) visible
+  if constexpr (!kSmall) __syncthreads();
 
   // Keys of the entries: dots with k_t and q_t (inner route), fp32 copies where the stream needs them (reconstruct
   // route, and the inner route's flush).
@@ -480,9 +489,9 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
 #pragma unroll
             for (int i = 0; i < 8; ++i) smem[L.off_keys() + (e * F + r) * ldk + n + i] = flush_operand_b(fa, b[i], r);
           }
-      } else {
+      } else {  // entry j: bf16(k_t), as written to off_kb above (small kernel: not yet visible, rounded here)
 #pragma unroll
-        for (int i = 0; i < 8; ++i) b[i] = smem[L.off_kb() + n + i];
+        for (int i = 0; i < 8; ++i) b[i] = kSmall ? round_bf16(smem[L.off_k() + n + i]) : smem[L.off_kb() + n + i];
       }
       if constexpr (kInner) {
 #pragma unroll
@@ -493,10 +502,25 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
       }
     }
   };
-  // The reconstruct route needs no dots and no copy of entry j (warp-uniform tests). The warp's first kKeysAhead
-  // entries (one warp per entry) have their 2·kKeysAhead dots reduced together: reduce_scatter's 9 shuffles instead
-  // of 40, each sum bit for bit row_sum's (its partner order).
-  {
+  // The reconstruct route needs no dots and no copy of entry j (warp-uniform tests). One warp per entry. Small
+  // kernel: the warp's first kKeysAhead entries have their 2·kKeysAhead dots reduced together, reduce_scatter's 9
+  // shuffles instead of 40, each sum bit for bit row_sum's (its partner order); the other kernels reduce entry by
+  // entry (the batched form was part of a change that measured 1-7% slower at batch 256).
+  const auto key_entry = [&](int e, const uint4* pre) {
+    if (!kInner && e == j) return;
+    float dk = 0.0f, dq = 0.0f;
+    key_partial(e, pre, dk, dq);
+    if constexpr (kInner) {
+      dk = row_sum(dk, 32);
+      dq = row_sum(dq, 32);
+      if (lane == 0) smem[L.off_kk() + e] = dk, smem[L.off_kq() + e] = dq;
+    }
+  };
+  if constexpr (!kSmall) {
+#pragma unroll
+    for (int m = 0; m < kKeysAhead; ++m)
+      if (warp + m * kWarps < nent) key_entry(warp + m * kWarps, &key_pre[m]);
+  } else {
     float acc[2 * kKeysAhead];
 #pragma unroll
     for (int m = 0; m < 2 * kKeysAhead; ++m) acc[m] = 0.0f;
@@ -511,16 +535,7 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
         if (e < nent) smem[(i < kKeysAhead ? L.off_kk() : L.off_kq()) + e] = sum;
       });
   }
-  for (int e = warp + kKeysAhead * kWarps; e < nent; e += kWarps) {
-    if (!kInner && e == j) continue;
-    float dk = 0.0f, dq = 0.0f;
-    key_partial(e, nullptr, dk, dq);
-    if constexpr (kInner) {
-      dk = row_sum(dk, 32);
-      dq = row_sum(dq, 32);
-      if (lane == 0) smem[L.off_kk() + e] = dk, smem[L.off_kq() + e] = dq;
-    }
-  }
+  for (int e = warp + kKeysAhead * kWarps; e < nent; e += kWarps) key_entry(e, nullptr);
   __syncthreads();
   for (int e = tid; e < nent; e += kThreads) {
     const float Ge = e < j ? (e == tid ? G_own : rG[static_cast<long long>(e) * HV]) : G_t;
