@@ -12,6 +12,9 @@
 //     --z       with the output gate z (default off: serving engines gate in the following norm)
 //     --smoke   a few tiny cases, one repetition (ctest); exits 0 with a message when no GPU exists
 //     --once    one iteration of one repetition per case (for ncu: few launches to replay)
+//     --tiles_tune  adds rows at batch 1 and 8 over the CTAs per (row, head), p_tiles 1 .. 16 (as many as leave
+//               one pass of rows per CTA): eager (variant 0) fp32 / bf16, and the grouped replay's interval-16
+//               schemes at one head per CTA, named .../pt:N/batch:B
 //   JSON: --benchmark_out=FILE --benchmark_out_format=json (context: GPU, driver, git commit, ceilings).
 //
 // Method (KERNELS.md "Measuring like the peers were measured"): inputs and state already on the device; one CUDA
@@ -48,7 +51,7 @@ namespace {
 
 struct Options {
   std::string preset = "nemotron3-super-120b";
-  bool full = false, z = false, smoke = false, once = false;
+  bool full = false, z = false, smoke = false, once = false, tiles_tune = false;
 };
 Options g_opt;
 Model g_model;
@@ -69,6 +72,7 @@ struct Config {
   int heads = 0;    // variant 1: heads per CTA forced (named replay_g_hN), 0 = the launcher's choice
   int stages = 0;   // pipelined variants: stages per CTA forced (named _sN), 0 = the launcher's choice
   int ctas = 0;     // pipelined variants: CTAs per SM (named _cN), 0 = the launcher's choice (1)
+  int pt = 0;       // eager variant 0 / grouped replay (one head per CTA): P-tiles forced (named .../pt:N), 0 = default
 };
 
 // The pipelined kernel of each scheme: eager variant 1, replay / dual variant 2 (named eager_p, replay_p, dual_p).
@@ -92,6 +96,7 @@ std::string bench_name(const Config& c) {
   if (c.ctas > 0) s += "_c" + std::to_string(c.ctas);
   s += "/" + (c.scheme == Scheme::Dual ? "fp32+" + format_name(c.state) : format_name(c.state));
   if (c.scheme != Scheme::Eager) s += "/K" + std::to_string(c.interval) + "/" + kind_name(c.kind);
+  if (c.pt > 0) s += "/pt:" + std::to_string(c.pt);
   return s + "/batch:" + std::to_string(c.batch);
 }
 
@@ -176,12 +181,13 @@ void bm_step(benchmark::State& st, Config c) {
   a.d_y = y.p, a.y_format = Format::BF16;
   Mamba2EagerLaunch le;
   le.step = a, le.state_format = c.state, le.d_state = ck.p;
-  le.variant = c.variant, le.pipe_stages = c.stages, le.pipe_ctas = c.ctas;
+  le.variant = c.variant, le.pipe_stages = c.stages, le.pipe_ctas = c.ctas, le.p_tiles = c.pt;
   Mamba2ReplayLaunch lr;
   lr.step = a, lr.interval = K, lr.capacity = cap, lr.ckpt_format = dual ? Format::FP32 : c.state, lr.d_ckpt = ck.p;
   lr.dual = dual, lr.read_format = c.state, lr.d_read = dual ? rd.p : nullptr;
   lr.d_ring_x = rx.p, lr.d_ring_B = rB.p, lr.d_ring_dl = dl.p, lr.d_fill = fill.p, lr.d_arrive = arrive.p;
   lr.variant = c.variant, lr.heads_per_cta = c.heads, lr.pipe_stages = c.stages, lr.pipe_ctas = c.ctas;
+  if (c.pt > 0) lr.heads_per_cta = 1, lr.p_tiles = c.pt;
 
   // The step sequence of one graph: per step, the fill it starts from (-1: leave the cursor to the kernel).
   std::vector<int> seq;
@@ -248,7 +254,8 @@ void bm_step(benchmark::State& st, Config c) {
     st.counters["p_tiles"] = pt;
     st.counters["heads_per_cta"] = hc;
   } else {
-    st.counters["p_tiles"] = mamba2_p_tiles({H, P, N, G}, B, c.state);  // c.state: the copy a non-flush step streams
+    // c.state: the copy a non-flush step streams
+    st.counters["p_tiles"] = c.pt > 0 ? c.pt : mamba2_p_tiles({H, P, N, G}, B, c.state);
   }
 }
 
@@ -303,6 +310,28 @@ void register_all() {
       if (!g_opt.full && K != 16 && b != 1 && b != 256) continue;
       for (const S& s : schemes) add_replay_kinds(s.sc, s.f, K, b);
     }
+  if (g_opt.tiles_tune) {
+    // p_tiles of at least one pass of rows per CTA: 128 / (N / vec) rows (fp32 vec 4, 16-bit vec 8).
+    const auto max_pt = [](Format f) {
+      return g_model.mamba2.P / (128 / (g_model.mamba2.N / (format_bytes(f) == 4 ? 4 : 8)));
+    };
+    for (int b : {1, 8})
+      for (int pt = 1; pt <= 16; pt *= 2) {
+        for (Format f : {Format::FP32, Format::BF16})
+          if (pt <= max_pt(f)) {
+            Config c{Scheme::Eager, f, Kind::Step, 1, b};
+            c.pt = pt;
+            add(c);
+          }
+        for (const S& s : schemes)
+          if (pt <= max_pt(s.f))
+            for (Kind k : {Kind::Nonflush, Kind::Flush, Kind::Amortised}) {
+              Config c{s.sc, s.f, k, 16, b, 1};
+              c.pt = pt;
+              add(c);
+            }
+      }
+  }
   // The grouped variant (replay_g / dual_g) next to the default kernel: intervals 16 and 32 at batch 1, 64, 256
   // (every batch with --full).
   for (int K : {16, 32})
@@ -342,6 +371,7 @@ int main(int argc, char** argv) {
     else if (a == "--z") g_opt.z = true;
     else if (a == "--smoke") g_opt.smoke = true;
     else if (a == "--once") g_opt.once = true;
+    else if (a == "--tiles_tune") g_opt.tiles_tune = true;
     else rest.push_back(argv[i]);
   }
   try {

@@ -164,8 +164,11 @@ void mamba2_eager_step(const Mamba2EagerLaunch& l, cudaStream_t stream) {
   if (!l.d_state) m2::bad_launch(what, "d_state must be set");
   m2::check_state_rows(what, l.step.dims.N, m2::state_vec(l.state_format), l.d_state);
   if (l.variant != 0 && l.variant != 1) m2::bad_launch(what, "variant must be 0 or 1 (got " + std::to_string(l.variant) + ")");
+  if (l.p_tiles < 0 || (l.p_tiles > 0 && (l.p_tiles - 1) * ((l.step.dims.P + l.p_tiles - 1) / l.p_tiles) >= l.step.dims.P))
+    m2::bad_launch(what, "p_tiles must be 0 (automatic) or 1..P without an empty tile (got " + std::to_string(l.p_tiles) +
+                             ", P = " + std::to_string(l.step.dims.P) + ")");
   if (l.variant == 1) return m2::eager_pipelined(l, stream);
-  const int ptiles = mamba2_p_tiles(l.step.dims, l.step.batch, l.state_format);
+  const int ptiles = l.p_tiles > 0 ? l.p_tiles : mamba2_p_tiles(l.step.dims, l.step.batch, l.state_format);
   switch (l.state_format) {
     case Format::FP32: m2::dispatch_act<float>(l, ptiles, stream); break;
     case Format::BF16: m2::dispatch_act<__nv_bfloat16>(l, ptiles, stream); break;

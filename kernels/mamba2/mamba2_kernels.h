@@ -74,6 +74,7 @@ struct Mamba2EagerLaunch {
   int variant = 0;
   int pipe_stages = 0;  // variant 1: shared-memory stages per CTA, 0 = as many as fit
   int pipe_ctas = 0;    // variant 1: CTAs per SM, 0 = 2
+  int p_tiles = 0;      // variant 0: CTAs per (row, head), 1..P without an empty tile; 0 = mamba2_p_tiles' choice
 };
 
 // Replay: a checkpoint per slot and a ring of the tokens appended since it.

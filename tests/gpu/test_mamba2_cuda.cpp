@@ -617,6 +617,9 @@ TEST_CASE("mamba2 cuda launchers reject bad launch structs with a message naming
     g.step.d_D = g.step.d_A_log;
     g.d_ckpt = slot, g.d_ring_x = reinterpret_cast<uint16_t*>(slot), g.d_ring_B = g.d_ring_x;
     g.d_ring_dl = reinterpret_cast<float*>(slot), g.d_fill = slot, g.d_arrive = slot;
+    Mamba2EagerLaunch pe;  // P = 8 in 6 tiles of 2 rows: the last tile would be empty
+    pe.step = g.step, pe.d_state = slot, pe.p_tiles = 6;
+    CHECK_THROWS_WITH(mamba2_eager_step(pe, nullptr), Catch::Contains("p_tiles"));
     g.variant = 1, g.heads_per_cta = 3;
     CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("heads_per_cta"));
     g.variant = 3;
