@@ -167,6 +167,8 @@ void mamba2_eager_step(const Mamba2EagerLaunch& l, cudaStream_t stream) {
   if (l.p_tiles < 0 || (l.p_tiles > 0 && (l.p_tiles - 1) * ((l.step.dims.P + l.p_tiles - 1) / l.p_tiles) >= l.step.dims.P))
     m2::bad_launch(what, "p_tiles must be 0 (automatic) or 1..P without an empty tile (got " + std::to_string(l.p_tiles) +
                              ", P = " + std::to_string(l.step.dims.P) + ")");
+  if (l.p_tiles > 0 && l.variant != 0)
+    m2::bad_launch(what, "p_tiles applies to variant 0 only (got variant " + std::to_string(l.variant) + ")");
   if (l.variant == 1) return m2::eager_pipelined(l, stream);
   const int ptiles = l.p_tiles > 0 ? l.p_tiles : mamba2_p_tiles(l.step.dims, l.step.batch, l.state_format);
   switch (l.state_format) {

@@ -620,6 +620,8 @@ TEST_CASE("mamba2 cuda launchers reject bad launch structs with a message naming
     Mamba2EagerLaunch pe;  // P = 8 in 6 tiles of 2 rows: the last tile would be empty
     pe.step = g.step, pe.d_state = slot, pe.p_tiles = 6;
     CHECK_THROWS_WITH(mamba2_eager_step(pe, nullptr), Catch::Contains("p_tiles"));
+    pe.p_tiles = 2, pe.variant = 1;  // a valid split, but the pipelined variant has none: not silently ignored
+    CHECK_THROWS_WITH(mamba2_eager_step(pe, nullptr), Catch::Contains("variant 0 only"));
     g.variant = 1, g.heads_per_cta = 3;
     CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("heads_per_cta"));
     g.variant = 3;
