@@ -65,6 +65,8 @@ __device__ inline void copy16_async(void* dst, const void* src) {
 __device__ inline void copy8_async(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
 }
+// Waits for every cp.async this thread issued (a CTA barrier after it makes them visible to the other threads).
+__device__ inline void wait_async_copies() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 __device__ inline void arrive_after_copies(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
 }

@@ -14,6 +14,11 @@
 // (4 per SM, 128 registers, no spills) keep the bandwidth busy. Shape (grouped_shape): hc = 16 at batch 256 and
 // H = 128 (2048 CTAs), 4 at batch 64; at batch 1 one head per CTA in 4 P-tiles (512 CTAs, a single wave).
 // Shared memory at Super-120B, hc = 16: 27 KiB at interval 16, 40 KiB at 32 (4 CTAs per SM either way).
+// Small batches (split heads: hc = 1, P-tiles > 1) run kSmall: the ring's B codes, (Δ, Λ) and this tile's x codes
+// of entries 0 .. interval − 2 are copied into shared memory (cp.async) right after the slot, beside the cursor
+// read, instead of after it: the fill is at most interval − 1, so this is every entry the step can use. There every
+// CTA is a chain of dependent latencies (slot -> cursor -> ring -> dots -> ring sum -> state), so the chain loses
+// two memory latencies; the bytes of entries at or past the fill are read and not used (a few KiB a CTA).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -21,6 +26,7 @@
 
 #include "common/cuda_check.h"
 #include "common/device_query.h"
+#include "common/pipeline.cuh"
 #include "mamba2/mamba2_device.cuh"
 
 namespace rssm {
@@ -42,6 +48,7 @@ constexpr int kMaxGroupHeads = 16;     // heads per CTA: per-pair arrays and wei
 // Shared memory in floats. Pairs q = hl·rows + pl, hl < hc, pl < rows.
 struct GroupedSmem {
   int N, E, hc, rows;
+  int spec = 0;  // kSmall: ring entries read ahead of the cursor (interval − 1), else 0
   __host__ __device__ static int up4(int n) { return (n + 3) & ~3; }
   __host__ __device__ int E4() const { return up4(E); }
   __host__ __device__ int np() const { return hc * rows; }
@@ -59,8 +66,19 @@ struct GroupedSmem {
   __host__ __device__ int off_dq() const { return off_g() + up4(np()); }     // exp(Λ_t) of the pair's head
   __host__ __device__ int off_B() const { return off_dq() + up4(np()); }     // flush: [E][N] B_e fp32
   __host__ __device__ int off_u() const { return off_B() + E * up4(N); }     // flush: [rows][E4] x·weight, one head
-  __host__ __device__ int floats() const { return off_u() + rows * E4(); }
+  __host__ __device__ int rows8() const { return (rows + 7) & ~7; }
+  __host__ __device__ int off_sB() const { return off_u() + rows * E4(); }   // kSmall: [spec][N] ring B codes
+  __host__ __device__ int off_sdl() const { return off_sB() + spec * N / 2; } // kSmall: [spec] ring (Δ, Λ), hc = 1
+  __host__ __device__ int off_sx() const { return off_sdl() + up4(2 * spec); } // kSmall: [spec][rows8] ring x codes
+  __host__ __device__ int floats() const { return off_sx() + spec * rows8() / 2; }
 };
+
+// Split heads (one head per CTA in several P-tiles: the small-batch shape) read the ring ahead of the cursor.
+inline bool grouped_small(int hc, int ptiles) { return hc == 1 && ptiles > 1; }
+
+inline GroupedSmem grouped_smem(const Mamba2Dims& d, int interval, int hc, int ptiles) {
+  return GroupedSmem{d.N, interval, hc, (d.P + ptiles - 1) / ptiles, grouped_small(hc, ptiles) ? interval - 1 : 0};
+}
 
 // What the stream phase needs.
 struct GroupedCtx {
@@ -224,8 +242,8 @@ __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t,
 __device__ inline float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ inline float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
 
-// kN: kPresetN or 0 (N at run time, mamba2_device.cuh).
-template <class A, class CK, class RD, int kN>
+// kN: kPresetN or 0 (N at run time, mamba2_device.cuh). kSmall: grouped_small's shape (the header comment).
+template <class A, class CK, class RD, int kN, bool kSmall>
 __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
     mamba2_replay_grouped_kernel(Mamba2ReplayLaunch l, int hc, int ptiles) {
   extern __shared__ float4 smem4[];
@@ -242,7 +260,7 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   const int tid = threadIdx.x, h0 = g * hpg + chunk * hc;
   const int tile_rows = (P + ptiles - 1) / ptiles;
   const int p_begin = tile * tile_rows, p_end = min(P, p_begin + tile_rows), rows = p_end - p_begin;
-  const GroupedSmem L{N, l.interval, hc, rows};
+  const GroupedSmem L{N, l.interval, hc, rows, kSmall ? l.interval - 1 : 0};
   const int np = hc * rows, E4 = L.E4();
   constexpr bool kDual = !std::is_void<RD>::value;
   using Src = typename std::conditional<kDual, RD, CK>::type;
@@ -250,8 +268,36 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   // Pairs are contiguous from (h0, p_begin) in every [.., H, P] array: hc = 1 or the tile is the whole head.
   const long long pair_base = static_cast<long long>(h0) * P + p_begin;
   const void* src_copy = kDual ? l.d_read : l.d_ckpt;
+  const int cap = l.capacity;
+  const float2* dl = reinterpret_cast<const float2*>(l.d_ring_dl) + static_cast<long long>(slot) * cap * H;  // + e·H + h
+  const uint16_t* rx = l.d_ring_x + static_cast<long long>(slot) * cap * H * P + pair_base;                // + e·H·P + q
+  const uint16_t* rB = l.d_ring_B + static_cast<long long>(slot) * cap * G * N + static_cast<long long>(g) * N;
+  // 16-byte ring x loads when the pairs' run starts on an 8-element boundary of the ring (uniform over the CTA).
+  const bool vec = pair_base % 8 == 0 && static_cast<long long>(H) * P % 8 == 0 &&
+                   reinterpret_cast<uintptr_t>(l.d_ring_x) % 16 == 0;
+  uint16_t* sB = reinterpret_cast<uint16_t*>(smem + L.off_sB());  // kSmall: ring entries e < interval − 1
+  float2* sdl = reinterpret_cast<float2*>(smem + L.off_sdl());
+  uint16_t* sx = reinterpret_cast<uint16_t*>(smem + L.off_sx());
+  const int r8 = L.rows8();
 
   // ---- A ----
+  if constexpr (kSmall) {
+    const int ns = l.interval - 1, c8 = N / 8, c8r = r8 / 8;
+    for (int i = tid; i < ns * c8; i += kThreads) {
+      const int e = i / c8, k = i % c8;
+      pipe::copy16_async(sB + e * N + 8 * k, rB + static_cast<long long>(e) * G * N + 8 * k);
+    }
+    for (int e = tid; e < ns; e += kThreads) pipe::copy8_async(sdl + e, dl + static_cast<long long>(e) * H + h0);
+    for (int i = tid; i < ns * c8r; i += kThreads) {
+      const int e = i / c8r, c = i % c8r;
+      const uint16_t* src = rx + static_cast<long long>(e) * H * P + 8 * c;
+      if (vec && 8 * c + 8 <= rows) {
+        pipe::copy16_async(sx + e * r8 + 8 * c, src);
+      } else {
+        for (int m = 0; m < 8; ++m) sx[e * r8 + 8 * c + m] = 8 * c + m < rows ? src[m] : 0;
+      }
+    }
+  }
   prefetch_l2(static_cast<const Src*>(src_copy) + slot_off + pair_base * N, static_cast<long long>(rows) * N * sizeof(Src));
   int arrived = 0;
   if (tid == 0) {
@@ -296,10 +342,7 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
       }
     }
   }
-  const int cap = l.capacity;
-  const float2* dl = reinterpret_cast<const float2*>(l.d_ring_dl) + static_cast<long long>(slot) * cap * H;  // + e·H + h
-  const uint16_t* rx = l.d_ring_x + static_cast<long long>(slot) * cap * H * P + pair_base;                // + e·H·P + q
-  const uint16_t* rB = l.d_ring_B + static_cast<long long>(slot) * cap * G * N + static_cast<long long>(g) * N;
+  if constexpr (kSmall) pipe::wait_async_copies();
   __syncthreads();
   const int j = s_fill;
   const bool flush = j + 1 == l.interval;
@@ -310,13 +353,17 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
 
   // The ring's x entries of this thread's pairs on their way into L2: phase C's loads wait behind the dots' barrier,
   // so without this they would add one more memory latency to the prologue. One prefetch per 128-byte line.
-  if (q0 < np)
+  if (!kSmall && q0 < np)
     for (int e = 0; e < j; ++e) {
       const uint16_t* pe = rx + static_cast<long long>(e) * H * P + q0;
       if ((reinterpret_cast<uintptr_t>(pe) & 127) < 2 * kPairVec || tid == 0) asm volatile("prefetch.global.L2 [%0];" ::"l"(pe));
     }
 
   // ---- B: (Δ_e, Λ_e) of every (head, entry), the weights; the dots B_e·C_t ----
+  auto dl_at = [&](int e, int hl) -> float2 {
+    if constexpr (kSmall) return sdl[e];  // hc = 1: hl = 0
+    return dl[static_cast<long long>(e) * H + h0 + hl];
+  };
   const int items_dl = hc * nent;
   for (int i0 = 0; i0 < items_dl; i0 += kDlRound * kThreads) {
     float2 de[kDlRound];
@@ -325,8 +372,8 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
     for (int v = 0; v < kDlRound; ++v) {
       const int i = i0 + v * kThreads + tid, hl = i / nent, e = i % nent;
       const bool live = i < items_dl;
-      de[v] = live && e < j ? dl[static_cast<long long>(e) * H + h0 + hl] : make_float2(0.0f, 0.0f);
-      lp[v] = live && j > 0 ? dl[static_cast<long long>(j - 1) * H + h0 + hl].y : 0.0f;
+      de[v] = live && e < j ? dl_at(e, hl) : make_float2(0.0f, 0.0f);
+      lp[v] = live && j > 0 ? dl_at(j - 1, hl).y : 0.0f;
     }
 #pragma unroll
     for (int v = 0; v < kDlRound; ++v) {
@@ -352,8 +399,8 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
 #pragma unroll
     for (int v = 0; v < 2; ++v) {
       const int i = i0 + v * kThreads + tid, e = i >> c8_log, k = i & (c8 - 1);
-      raw[v] = (i < items && e < j) ? *reinterpret_cast<const uint4*>(rB + static_cast<long long>(e) * G * N + 8 * k)
-                                    : make_uint4(0, 0, 0, 0);
+      const uint16_t* be = kSmall ? sB + e * N + 8 * k : rB + static_cast<long long>(e) * G * N + 8 * k;
+      raw[v] = (i < items && e < j) ? *reinterpret_cast<const uint4*>(be) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int v = 0; v < 2; ++v) {
@@ -383,9 +430,6 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   __syncthreads();
 
   // ---- C: ring sum of this thread's pairs; the token's ring append ----
-  // 16-byte loads when the pairs' run starts on an 8-element boundary of the ring (uniform over the CTA).
-  const bool vec = pair_base % 8 == 0 && static_cast<long long>(H) * P % 8 == 0 &&
-                   reinterpret_cast<uintptr_t>(l.d_ring_x) % 16 == 0;
   {
     float acc[kPairVec];
 #pragma unroll
@@ -398,10 +442,10 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
 #pragma unroll
         for (int u = 0; u < kXRound; ++u) {
           const int e = e0 + u;
-          const uint16_t* pe = rx + static_cast<long long>(e) * H * P + q0;
+          const uint16_t* pe = kSmall ? sx + e * r8 + q0 : rx + static_cast<long long>(e) * H * P + q0;
           if (e >= j) {
             raw[u] = make_uint4(0, 0, 0, 0);
-          } else if (vec && q0 + kPairVec <= np) {
+          } else if ((kSmall || vec) && q0 + kPairVec <= np) {
             raw[u] = *reinterpret_cast<const uint4*>(pe);
           } else {
             uint32_t w[4];
@@ -475,7 +519,8 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
       for (int i = tid; i < hitems; i += kThreads) {
         const int pl = i / nent, e = i % nent;
         const int q = hl * rows + pl;
-        const float xe = e < j ? bf16_bits_to_float(rx[static_cast<long long>(e) * H * P + q]) : to_buffer_f32(x[q]);
+        const uint16_t xc = e < j ? (kSmall ? sx[e * r8 + pl] : rx[static_cast<long long>(e) * H * P + q]) : 0;
+        const float xe = e < j ? bf16_bits_to_float(xc) : to_buffer_f32(x[q]);
         smem[L.off_u() + pl * E4 + e] = smem[L.off_wf() + hl * E4 + e] * xe;
       }
       __syncthreads();
@@ -494,36 +539,37 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   }
 }
 
-template <class A, class CK, class RD>
+template <class A, class CK, class RD, bool kSmall>
 void launch_grouped(const Mamba2ReplayLaunch& l, int hc, int ptiles, cudaStream_t stream) {
   const Mamba2Dims& d = l.step.dims;
   const long long blocks = static_cast<long long>(l.step.batch) * (d.H / hc) * ptiles;
   if (blocks > 0x7FFFFFFFLL) bad_launch("mamba2_replay_step", "batch · H / heads_per_cta · tiles exceeds the grid limit");
-  const GroupedSmem L{d.N, l.interval, hc, (d.P + ptiles - 1) / ptiles};
+  const GroupedSmem L = grouped_smem(d, l.interval, hc, ptiles);
   const size_t bytes = static_cast<size_t>(L.floats()) * sizeof(float);
   if (bytes > 227 * 1024)
     bad_launch("mamba2_replay_step", "variant 1 needs " + std::to_string(bytes) + " bytes of shared memory (over 227 KiB); "
                                      "lower heads_per_cta or the interval");
-  auto kernel = d.N == kPresetN ? mamba2_replay_grouped_kernel<A, CK, RD, kPresetN> : mamba2_replay_grouped_kernel<A, CK, RD, 0>;
+  auto kernel = d.N == kPresetN ? mamba2_replay_grouped_kernel<A, CK, RD, kPresetN, kSmall>
+                                : mamba2_replay_grouped_kernel<A, CK, RD, 0, kSmall>;
   if (bytes > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(l, hc, ptiles);
   CUDA_CHECK_LAUNCH(stream);
 }
 
-template <class A>
+template <class A, bool kSmall>
 void dispatch_grouped_state(const Mamba2ReplayLaunch& l, int hc, int ptiles, cudaStream_t stream) {
   if (l.dual) {
     if (l.read_format == Format::BF16)
-      launch_grouped<A, float, __nv_bfloat16>(l, hc, ptiles, stream);
+      launch_grouped<A, float, __nv_bfloat16, kSmall>(l, hc, ptiles, stream);
     else
-      launch_grouped<A, float, __half>(l, hc, ptiles, stream);
+      launch_grouped<A, float, __half, kSmall>(l, hc, ptiles, stream);
     return;
   }
   switch (l.ckpt_format) {
-    case Format::FP32: launch_grouped<A, float, void>(l, hc, ptiles, stream); break;
-    case Format::BF16: launch_grouped<A, __nv_bfloat16, void>(l, hc, ptiles, stream); break;
-    default: launch_grouped<A, __half, void>(l, hc, ptiles, stream); break;
+    case Format::FP32: launch_grouped<A, float, void, kSmall>(l, hc, ptiles, stream); break;
+    case Format::BF16: launch_grouped<A, __nv_bfloat16, void, kSmall>(l, hc, ptiles, stream); break;
+    default: launch_grouped<A, __half, void, kSmall>(l, hc, ptiles, stream); break;
   }
 }
 
@@ -568,10 +614,12 @@ void grouped_shape(const Mamba2ReplayLaunch& l, Format streamed, int& hc, int& p
 void replay_grouped(const Mamba2ReplayLaunch& l, Format streamed, cudaStream_t stream) {
   int hc = 1, ptiles = 1;
   grouped_shape(l, streamed, hc, ptiles);
+  const bool small = grouped_small(hc, ptiles);
   if (l.step.act_format == Format::BF16)
-    dispatch_grouped_state<__nv_bfloat16>(l, hc, ptiles, stream);
+    small ? dispatch_grouped_state<__nv_bfloat16, true>(l, hc, ptiles, stream)
+          : dispatch_grouped_state<__nv_bfloat16, false>(l, hc, ptiles, stream);
   else
-    dispatch_grouped_state<float>(l, hc, ptiles, stream);
+    small ? dispatch_grouped_state<float, true>(l, hc, ptiles, stream) : dispatch_grouped_state<float, false>(l, hc, ptiles, stream);
 }
 
 }  // namespace m2
@@ -589,7 +637,7 @@ bool mamba2_grouped_accepts(const Mamba2ReplayLaunch& l) {
   } catch (const std::exception&) {  // the shape it would refuse (P beyond a CTA's pairs)
     return false;
   }
-  const m2::GroupedSmem L{l.step.dims.N, l.interval, hc, (l.step.dims.P + ptiles - 1) / ptiles};
+  const m2::GroupedSmem L = m2::grouped_smem(l.step.dims, l.interval, hc, ptiles);
   return static_cast<size_t>(L.floats()) * sizeof(float) <= 227 * 1024;
 }
 

@@ -64,7 +64,7 @@ struct Case {
   int variant = 0;        // replay kernel (Mamba2ReplayLaunch::variant): 0 per head, 1 grouped, 2 pipelined;
                           // eager kernel (Mamba2EagerLaunch::variant): 0 per head, 1 pipelined
   int heads_per_cta = 0;  // variant 1: 0 = the launcher's choice
-  int p_tiles = 0;        // variant 1: 0 = the launcher's choice
+  int p_tiles = 0;        // replay variant 1 / eager variant 0: 0 = the launcher's choice
   Arith flush = Arith::FP32;  // the flush's arithmetic (Mamba2ReplayLaunch::flush_arith)
   bool sr = false;            // stochastic rounding of the stored state (Mamba2StepArgs::rounding)
   std::string name() const {
@@ -81,6 +81,7 @@ struct Case {
       s += heads_per_cta > 0 ? fmt::format(" grouped(h={}{})", heads_per_cta, p_tiles > 0 ? fmt::format(",t={}", p_tiles) : "")
                              : " grouped(auto)";
     if ((variant == 2 && kind != Kind::Eager) || (variant == 1 && kind == Kind::Eager)) s += " pipelined";
+    if (kind == Kind::Eager && p_tiles > 0) s += fmt::format(" tiles={}", p_tiles);
     if (flush != Arith::FP32) s += " flush=" + arith_name(flush);
     if (sr) s += " sr";
     return s;
@@ -220,7 +221,7 @@ void run_case(const Case& c, uint64_t seed) {
   Mamba2EagerLaunch le;
   Mamba2ReplayLaunch lr;
   if (eager) {
-    le.step = a, le.state_format = sf, le.d_state = dck.p, le.variant = c.variant;
+    le.step = a, le.state_format = sf, le.d_state = dck.p, le.variant = c.variant, le.p_tiles = c.p_tiles;
   } else {
     lr.step = a, lr.interval = K, lr.capacity = cap, lr.ckpt_format = sf, lr.d_ckpt = dck.p, lr.dual = dual;
     lr.read_format = c.read, lr.d_read = dual ? drd->p : nullptr;
@@ -494,17 +495,21 @@ TEST_CASE("mamba2 cuda eager: Nemotron-3 geometries", "[gpu][mamba2][eager]") {
   if (!have_device()) return;
   for (auto [geo, dims] : {std::pair{"nano-4b", nano4b()}, std::pair{"super-120b", super120b()}})
     for (Format s : {Format::FP32, Format::BF16})
-      for (int variant : {0, 1}) {
-        Case c;
-        c.geo = geo, c.dims = dims, c.kind = Kind::Eager, c.state = s, c.has_z = true, c.variant = variant;
-        run_case(c, seed_for(c));
-      }
+      for (int variant : {0, 1})
+        for (int tiles : {0, 4}) {  // 4: split heads (the batch-1 shape; the launcher's choice for 4 rows is 1)
+          if (variant == 1 && tiles > 0) continue;
+          Case c;
+          c.geo = geo, c.dims = dims, c.kind = Kind::Eager, c.state = s, c.has_z = true, c.variant = variant;
+          c.p_tiles = tiles;
+          run_case(c, seed_for(c));
+        }
 }
 
 // Replay kernels every replay/dual case runs through: variant 0 (one CTA per head), variant 1 with every head of a
 // group in one CTA (heads_per_cta = H/G: the serving-batch shape) and, where `more`, variant 1 as the launcher
-// shapes it for these 4 rows, and with one head per CTA split in 4 P-tiles (the batch-1 shape; Nano-4B's 20-row
-// tiles take the unaligned ring path); and variant 2 (pipelined).
+// shapes it for these 4 rows, with one whole head per CTA (the batch-8 shape), and with one head per CTA split in
+// P-tiles (the batch-1 shape: the kernel that reads the ring ahead of the cursor; Nano-4B's 20-row tiles take the
+// unaligned ring path, the small geometry's 4-row tiles a part-filled 8-pair chunk); and variant 2 (pipelined).
 struct VariantRun {
   int variant, heads, tiles;
 };
@@ -512,7 +517,8 @@ std::vector<VariantRun> replay_variants(const Mamba2Dims& d, bool more) {
   std::vector<VariantRun> v = {{0, 0, 0}, {1, d.H / d.G, 0}, {2, 0, 0}};
   if (more) {
     v.push_back({1, 0, 0});
-    if (d.P >= 32) v.push_back({1, 1, 4});
+    v.push_back({1, 1, 1});
+    v.push_back({1, 1, d.P >= 32 ? 4 : 2});
   }
   return v;
 }
