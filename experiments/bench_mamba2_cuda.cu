@@ -255,7 +255,9 @@ void bm_step(benchmark::State& st, Config c) {
     st.counters["heads_per_cta"] = hc;
   } else {
     // c.state: the copy a non-flush step streams
-    st.counters["p_tiles"] = c.pt > 0 ? c.pt : mamba2_p_tiles({H, P, N, G}, B, c.state);
+    st.counters["p_tiles"] = c.pt > 0                     ? c.pt
+                             : c.scheme == Scheme::Eager ? mamba2_eager_p_tiles({H, P, N, G}, B, c.state)
+                                                         : mamba2_p_tiles({H, P, N, G}, B, c.state);
   }
 }
 

@@ -13,6 +13,7 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/device_query.h"
 #include "mamba2/mamba2_device.cuh"
 
 namespace rssm {
@@ -155,6 +156,24 @@ int mamba2_p_tiles(const Mamba2Dims& dims, int batch, Format state_format) {
   return tiles;
 }
 
+int mamba2_eager_p_tiles(const Mamba2Dims& dims, int batch, Format state_format) {
+  // One wave (the grouped replay's rule, grouped_shape): split while twice the tiles still fit 4 CTAs per SM, never
+  // below one pass of rows. At small batch every CTA is a chain of latencies and a second wave doubles it, while
+  // an unsplit head runs the kernel that holds several rows a thread in flight. The H200 sweep
+  // (benchmarks/experiments/mamba2_p_tiles.h200.json, medians, us): batch 1 fp32 over 1/2/4/8/16 tiles
+  // 6.8/9.9/7.2/7.4/8.3, bf16 6.0/6.5/5.2/5.8; batch 8 fp32 21.2/29.9/29.6/33.7/46.4, bf16 14.5/18.0/19.6/26.0.
+  // This picks 4 at batch 1, 2 at batch 2 and 1 from batch 3 on: fp32 batch 1 then sits 0.4 us above its best (1
+  // tile), bf16 at its best; mamba2_p_tiles' 2048-CTA rule (kept for the per-head replay and verify kernels)
+  // picked 16 / 8 and 2.
+  const int lanes = dims.N / m2::state_vec(state_format);
+  const int rows_per_pass = lanes > 0 ? m2::kThreads / lanes : dims.P;
+  const long long slots = 4LL * sm_count();
+  int tiles = 1;
+  while (static_cast<long long>(batch) * dims.H * 2 * tiles <= slots && (dims.P + 2 * tiles - 1) / (2 * tiles) >= rows_per_pass)
+    tiles *= 2;
+  return tiles;
+}
+
 void mamba2_eager_step(const Mamba2EagerLaunch& l, cudaStream_t stream) {
   const char* what = "mamba2_eager_step";
   m2::check_step_args(what, l.step, l.variant == 0);
@@ -170,7 +189,7 @@ void mamba2_eager_step(const Mamba2EagerLaunch& l, cudaStream_t stream) {
   if (l.p_tiles > 0 && l.variant != 0)
     m2::bad_launch(what, "p_tiles applies to variant 0 only (got variant " + std::to_string(l.variant) + ")");
   if (l.variant == 1) return m2::eager_pipelined(l, stream);
-  const int ptiles = l.p_tiles > 0 ? l.p_tiles : mamba2_p_tiles(l.step.dims, l.step.batch, l.state_format);
+  const int ptiles = l.p_tiles > 0 ? l.p_tiles : mamba2_eager_p_tiles(l.step.dims, l.step.batch, l.state_format);
   switch (l.state_format) {
     case Format::FP32: m2::dispatch_act<float>(l, ptiles, stream); break;
     case Format::BF16: m2::dispatch_act<__nv_bfloat16>(l, ptiles, stream); break;

@@ -74,7 +74,7 @@ struct Mamba2EagerLaunch {
   int variant = 0;
   int pipe_stages = 0;  // variant 1: shared-memory stages per CTA, 0 = as many as fit
   int pipe_ctas = 0;    // variant 1: CTAs per SM, 0 = 2
-  int p_tiles = 0;      // variant 0: CTAs per (row, head), 1..P without an empty tile; 0 = mamba2_p_tiles' choice
+  int p_tiles = 0;      // variant 0: CTAs per (row, head), 1..P without an empty tile; 0 = mamba2_eager_p_tiles' choice
 };
 
 // Replay: a checkpoint per slot and a ring of the tokens appended since it.
@@ -170,6 +170,8 @@ void mamba2_replay_step(const Mamba2ReplayLaunch& launch, cudaStream_t stream);
 // CTAs per (row, head) the launchers use for `batch` rows: the head dim is split into tiles when few rows would
 // leave SMs idle. Exposed for the tests (tile edges) and the benchmark's labels.
 int mamba2_p_tiles(const Mamba2Dims& dims, int batch, Format state_format);
+// The eager step's split (Mamba2EagerLaunch::p_tiles = 0): tiles only while the grid fits in one wave.
+int mamba2_eager_p_tiles(const Mamba2Dims& dims, int batch, Format state_format);
 
 // The grouped replay variant's shape for this launch (heads per CTA, P-tiles), as its launcher picks it; throws as
 // the launcher would on a forced shape it rejects. For the benchmark's labels.
