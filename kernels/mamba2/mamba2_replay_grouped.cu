@@ -18,7 +18,8 @@
 // of entries 0 .. interval − 2 are copied into shared memory (cp.async) right after the slot, beside the cursor
 // read, instead of after it: the fill is at most interval − 1, so this is every entry the step can use. There every
 // CTA is a chain of dependent latencies (slot -> cursor -> ring -> dots -> ring sum -> state), so the chain loses
-// two memory latencies; the bytes of entries at or past the fill are read and not used (a few KiB a CTA).
+// two memory latencies; the bytes of entries at or past the fill are read and not used (a few KiB a CTA). Its ring
+// sum spreads each pair's entries over several lanes (16 pairs a CTA at batch 1: 8 lanes each).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -430,22 +431,41 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   __syncthreads();
 
   // ---- C: ring sum of this thread's pairs; the token's ring append ----
+  if constexpr (kSmall) {
+    // Few pairs (16 at batch 1, against 8 a thread below): sp lanes per pair split its entries (e = sub, sub + sp,
+    // ...) and add up with shuffles, instead of two threads running every entry while the CTA waits at the barrier.
+    int sp = 1;
+    while (2 * sp <= 32 && 2 * sp * np <= kThreads) sp *= 2;
+    const int sp_log = __ffs(sp) - 1;
+    for (int qb = 0; qb < np; qb += kThreads / sp) {  // uniform over the CTA: every lane reaches the shuffles
+      const int q = qb + (tid >> sp_log), sub = tid & (sp - 1);
+      float acc = 0.0f;
+      if (q < np)
+        for (int e = sub; e < j; e += sp)
+          acc = fmaf(smem[L.off_wf() + e] * smem[L.off_dot() + e], bf16_bits_to_float(sx[e * r8 + q]), acc);
+      for (int o = sp / 2; o > 0; o /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+      if (q < np && sub == 0) {
+        smem[L.off_ring() + q] = fmaf(smem[L.off_wf() + j] * smem[L.off_dot() + j], to_buffer_f32(x[q]), acc);
+        smem[L.off_dq() + q] = smem[L.off_decay()];  // hc = 1
+      }
+    }
+  }
   {
     float acc[kPairVec];
 #pragma unroll
     for (int i = 0; i < kPairVec; ++i) acc[i] = 0.0f;
     // The 8 pairs span at most two heads (rows >= 8 whenever hc > 1, checked by the launcher): hlA below split.
     const int hlA = min(q0 / rows, hc - 1), hlB = min((q0 + kPairVec - 1) / rows, hc - 1), split = (hlA + 1) * rows - q0;
-    if (q0 < np) {
+    if (!kSmall && q0 < np) {
       for (int e0 = 0; e0 < j; e0 += kXRound) {
         uint4 raw[kXRound];
 #pragma unroll
         for (int u = 0; u < kXRound; ++u) {
           const int e = e0 + u;
-          const uint16_t* pe = kSmall ? sx + e * r8 + q0 : rx + static_cast<long long>(e) * H * P + q0;
+          const uint16_t* pe = rx + static_cast<long long>(e) * H * P + q0;
           if (e >= j) {
             raw[u] = make_uint4(0, 0, 0, 0);
-          } else if ((kSmall || vec) && q0 + kPairVec <= np) {
+          } else if (vec && q0 + kPairVec <= np) {
             raw[u] = *reinterpret_cast<const uint4*>(pe);
           } else {
             uint32_t w[4];
@@ -480,15 +500,15 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
           smem[L.off_dq() + q0 + i] = smem[L.off_decay() + (i < split ? hlA : hlB)];
         }
       }
-      if (!flush) {
-        uint16_t* dst = l.d_ring_x + static_cast<long long>(slot) * cap * H * P + static_cast<long long>(j) * H * P + pair_base + q0;
-        if (vec && q0 + kPairVec <= np) {
-          *reinterpret_cast<uint4*>(dst) = make_uint4(xbits[0], xbits[1], xbits[2], xbits[3]);
-        } else {
+    }
+    if (!flush && q0 < np) {
+      uint16_t* dst = l.d_ring_x + static_cast<long long>(slot) * cap * H * P + static_cast<long long>(j) * H * P + pair_base + q0;
+      if (vec && q0 + kPairVec <= np) {
+        *reinterpret_cast<uint4*>(dst) = make_uint4(xbits[0], xbits[1], xbits[2], xbits[3]);
+      } else {
 #pragma unroll
-          for (int i = 0; i < kPairVec; ++i)
-            if (q0 + i < np) dst[i] = static_cast<uint16_t>(xbits[i / 2] >> (16 * (i % 2)));
-        }
+        for (int i = 0; i < kPairVec; ++i)
+          if (q0 + i < np) dst[i] = static_cast<uint16_t>(xbits[i / 2] >> (16 * (i % 2)));
       }
     }
   }
