@@ -167,7 +167,12 @@ __device__ void grouped_read(const Mamba2StepArgs& a, const GroupedCtx& t, const
 
 // Flush of head hl: output from the update copy, fold the ring in (x·weights in smem u, B_e in smem B), store
 // (and the dual read copy from the same registers). Same arithmetic order as mamba2_replay.cu's stream_flush.
-template <class T, class RDT, int kLanes>
+// kE > 0 (fp32 update copy, the flush's entry count kE = interval, fixed at compile time): the thread's kVec
+// columns of every B_e sit in registers for the whole head, so the fold reads only the (row, entry) weights from
+// shared memory (one broadcast per row and 4 entries). With B_e read per 4-entry block and reused over the R = 2
+// rows of a chunk, every fold term cost a quarter of a 128-byte shared-memory wavefront per lane: at batch 256
+// that is about as much shared-memory time as the stream's DRAM time, and the two did not overlap.
+template <class T, class RDT, int kLanes, int kE = 0>
 __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t, int hl, T* ck, RDT* rd,
                                    const float* smem, const GroupedSmem& L) {
   constexpr int R = sizeof(T) == 4 ? kFlushRows32 : kStreamRows;
@@ -183,6 +188,15 @@ __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t,
   const long long run = t.slot_off + t.pair_base * t.N + lay.c * kVec;  // pair 0 at the thread's lane
   const int qh = hl * t.rows, q_end = qh + t.rows;                       // this head's pairs
   const int span = R * lay.rpp;
+  static_assert(kE == 0 || (kVec == 4 && kE % 4 == 0), "register B: fp32 update copy, whole float4 weight loads");
+  float breg[kE > 0 ? kE : 1][kVec];
+  if constexpr (kE > 0) {
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      const float4 v = *reinterpret_cast<const float4*>(sB + e * t.N);
+      breg[e][0] = v.x, breg[e][1] = v.y, breg[e][2] = v.z, breg[e][3] = v.w;
+    }
+  }
   uint4 qn[R];  // the next chunk's loads are issued before this chunk's fold: one chunk always in flight
   load_rows<T, R>(qn, ck + run, lay, q_end, qh, t.N);
   for (int q0 = qh; q0 < q_end; q0 += span) {
@@ -202,7 +216,22 @@ __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t,
       }
     }
     write_scattered<R, kLanes>(a, t, smem, L, lay, q0, q_end, acc);
-    for (int e0 = 0; e0 < t.nent; e0 += 4) {
+    if constexpr (kE > 0) {  // entries in the same order per element as below: bit-identical
+#pragma unroll
+      for (int u = 0; u < R; ++u) {
+        const float* ur = su + (min(q0 + u * lay.rpp + lay.rsub, q_end - 1) - qh) * E4;
+#pragma unroll
+        for (int e0 = 0; e0 < kE; e0 += 4) {
+          const float4 uv = *reinterpret_cast<const float4*>(ur + e0);
+          const float ue[4] = {uv.x, uv.y, uv.z, uv.w};
+#pragma unroll
+          for (int ee = 0; ee < 4; ++ee)
+#pragma unroll
+            for (int k = 0; k < kVec; ++k) s[u][k] = fmaf(ue[ee], breg[e0 + ee][k], s[u][k]);
+        }
+      }
+    }
+    for (int e0 = 0; kE == 0 && e0 < t.nent; e0 += 4) {
       float b[4][kVec];
 #pragma unroll
       for (int ee = 0; ee < 4; ++ee)
@@ -544,10 +573,20 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
         smem[L.off_u() + pl * E4 + e] = smem[L.off_wf() + hl * E4 + e] * xe;
       }
       __syncthreads();
-      if constexpr (kDual)
-        grouped_flush_head<CK, RD, kLanes<CK, kN>>(a, t, hl, ck, static_cast<RD*>(l.d_read), smem, L);
-      else
-        grouped_flush_head<CK, void, kLanes<CK, kN>>(a, t, hl, ck, nullptr, smem, L);
+      using RDv = typename std::conditional<kDual, RD, void>::type;
+      RDv* rd = kDual ? static_cast<RDv*>(l.d_read) : nullptr;
+      // Not in kSmall: there the flush is a chain of latencies, and the registers would spill its prologue.
+      if constexpr (sizeof(CK) == 4 && !kSmall) {
+        if (l.interval == 16) {  // the flush folds nent = interval entries
+          grouped_flush_head<CK, RDv, kLanes<CK, kN>, 16>(a, t, hl, ck, rd, smem, L);
+        } else if (l.interval == 8) {
+          grouped_flush_head<CK, RDv, kLanes<CK, kN>, 8>(a, t, hl, ck, rd, smem, L);
+        } else {
+          grouped_flush_head<CK, RDv, kLanes<CK, kN>>(a, t, hl, ck, rd, smem, L);
+        }
+      } else {
+        grouped_flush_head<CK, RDv, kLanes<CK, kN>>(a, t, hl, ck, rd, smem, L);
+      }
       __syncthreads();
     }
   }
