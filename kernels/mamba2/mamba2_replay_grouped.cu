@@ -169,9 +169,9 @@ __device__ void grouped_read(const Mamba2StepArgs& a, const GroupedCtx& t, const
 // (and the dual read copy from the same registers). Same arithmetic order as mamba2_replay.cu's stream_flush.
 // kE > 0 (fp32 update copy, the flush's entry count kE = interval, fixed at compile time): the thread's kVec
 // columns of every B_e sit in registers for the whole head, so the fold reads only the (row, entry) weights from
-// shared memory (one broadcast per row and 4 entries). With B_e read per 4-entry block and reused over the R = 2
-// rows of a chunk, every fold term cost a quarter of a 128-byte shared-memory wavefront per lane: at batch 256
-// that is about as much shared-memory time as the stream's DRAM time, and the two did not overlap.
+// shared memory (one broadcast per row and 4 entries). B_e read per 4-entry block and reused over the R = 2 rows
+// of a chunk cost 4 shared-memory wavefronts per entry and warp; without them the fp32 K16 flush at batch 256 went
+// 848.5 -> 805.8 us, and it is now bound by load latency (benchmarks/experiments/README.md, "the flush's fold").
 template <class T, class RDT, int kLanes, int kE = 0>
 __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t, int hl, T* ck, RDT* rd,
                                    const float* smem, const GroupedSmem& L) {
