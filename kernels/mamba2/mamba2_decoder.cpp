@@ -216,10 +216,12 @@ void Mamba2CudaDecoder::launch(int k) {
   l.d_ring_dl = ring_dl_.as<float>();
   l.d_fill = fill_d_.as<int32_t>();
   l.d_arrive = arrive_.as<int32_t>();
-  // The grouped kernel where it runs the scheme: faster amortised than the per-head one at batch 64 and 256 in every
-  // format on the H200, though its flush step alone is slower; at batch 1 only for an fp32 checkpoint (11.7 against
-  // 16.4 us; bf16 and dual 11.9 / 11.3 against 9.7 / 9.4: benchmarks/runs/mamba2-bench.e00b568.h200.json, replay_g /
-  // dual_g). The per-head kernel runs flush arithmetic, stochastic rounding and shapes the grouped one refuses.
+  // The grouped kernel wherever it runs the scheme: faster amortised than the per-head one at batch 64 and 256 in
+  // every format on the H200 (fp32 K16 at batch 256: 331.7 against 404.8 us), and at batch 1 for an fp32 checkpoint
+  // (10.4 against 16.4). At batch 1 it is not the fastest for bf16 and dual checkpoints (K16 amortised 10.4 / 9.9;
+  // per-head 9.9 / 9.6, pipelined 9.6 / 9.4: benchmarks/runs/mamba2-bench.86dc5ce.h200.json); one rule is kept until
+  // a per-batch choice has been run through the decoder tests on the GPU. The per-head kernel runs flush arithmetic,
+  // stochastic rounding and the shapes the grouped one refuses.
   l.variant = mamba2_grouped_accepts(l) ? 1 : 0;
   mamba2_replay_step(l, stream_);
 }
