@@ -216,7 +216,7 @@ __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t,
       }
     }
     write_scattered<R, kLanes>(a, t, smem, L, lay, q0, q_end, acc);
-    if constexpr (kE > 0) {  // entries in the same order per element as below: bit-identical
+    if constexpr (kE > 0) {  // the same fmaf chain per element as below: bit-identical by construction
 #pragma unroll
       for (int u = 0; u < R; ++u) {
         const float* ur = su + (min(q0 + u * lay.rpp + lay.rsub, q_end - 1) - qh) * E4;
