@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# A/B builds for timing one kernel file against another version of it in the same device call: recompiles
+# KERNEL_FILE as it is at a git revision (or with a patch applied to it) with the flags CMake used for it,
+# swaps that object into a copy of its static library, and relinks the named benchmarks (and, with -t, the GPU test
+# binary) against the copy. The benchmark JSONs in benchmarks/experiments/ that name an "old" or patched binary were
+# made this way. Needs a configured CUDA build (Unix Makefiles generator) that has been built.
+#
+#   scripts/ab_relink.sh [-b BUILD_DIR] [-n NAME] [-r BASE] [-t] KERNEL_FILE REV|PATCH BENCH...
+#     KERNEL_FILE  e.g. kernels/mamba2/mamba2_replay_grouped.cu
+#     REV          a git revision: the file as committed there (e.g. 22a978c)
+#     PATCH        a patch file (e.g. benchmarks/experiments/mamba2_flush_weights.b1.patch.txt), applied to
+#                  KERNEL_FILE as it is at git revision BASE (-r; the working copy without it)
+#     BENCH        benchmark targets of experiments/ (bench_mamba2_cuda, bench_gdn_cuda, bench_spec_cuda)
+#     -b BUILD_DIR default build;  -n NAME suffix of the outputs (default: REV, or the patch's name);
+#     -t           relink tests/gpu/replayssm_gpu_tests too
+#   Outputs: dist/bin/BENCH_NAME (and dist/bin/replayssm_gpu_tests_NAME); run scripts/make_dist.sh before this, since
+#   it empties dist/bin. Then on the H200, alternate the binaries in one call, e.g.
+#     for i in 1 2; do for v in bench_mamba2_cuda bench_mamba2_cuda_22a978c; do dist/bin/$v --benchmark_filter=... \
+#       --benchmark_out=$OUT/$v.$i.json --benchmark_out_format=json; done; done
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=build name="" tests=0 base=""
+while getopts "b:n:r:t" o; do
+  case "$o" in
+    b) build=$OPTARG ;;
+    r) base=$OPTARG ;;
+    n) name=$OPTARG ;;
+    t) tests=1 ;;
+    *) exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+[ $# -ge 3 ] || { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+file=$1 src=$2
+shift 2
+die() { echo "ab_relink: $*" >&2; exit 1; }
+[ -f "$file" ] || die "$file: no such kernel file"
+case "$file" in kernels/*.cu) ;; *) die "$file: expected a .cu file under kernels/" ;; esac
+rel=${file#kernels/}
+obj=$(ls "$build"/kernels/CMakeFiles/*.dir/"$rel".o 2>/dev/null | head -1) || true
+[ -n "$obj" ] || die "$build/kernels/CMakeFiles/*.dir/$rel.o not found: configure and build $build with -DREPLAYSSM_CUDA=ON first"
+tdir=${obj%/"$rel".o}  # the target's CMakeFiles/<target>.dir
+target=$(basename "$tdir" .dir)
+lib="$build/kernels/lib$target.a"
+[ -f "$lib" ] || die "$lib not found (build $build first)"
+
+tmp=$(mktemp -d)
+variant="$(dirname "$file")/.ab_$$_$(basename "$file")"  # beside the original: its relative includes resolve
+trap 'rm -rf "$tmp" "$variant"' EXIT
+if [ -f "$src" ]; then
+  command -v patch >/dev/null || die "applying $src needs patch (apt-get install patch)"
+  if [ -n "$base" ]; then
+    git show "$base:$file" >"$variant" 2>/dev/null || die "$file does not exist at $base (-r)"
+  else
+    cp "$file" "$variant"
+  fi
+  patch -s --no-backup-if-mismatch -r - "$variant" <"$src" || die "$src does not apply to $file${base:+ at $base}"
+  [ -n "$name" ] || name=$(basename "$src" | sed -E 's/\.patch(\.txt)?$//')
+else
+  git rev-parse --verify -q "$src^{commit}" >/dev/null || die "$src: neither a file nor a git revision"
+  git show "$src:$file" >"$variant" 2>/dev/null || die "$file does not exist at $src"
+  [ -n "$name" ] || name=$(git rev-parse --short "$src")
+fi
+
+# The flags CMake compiled the object with (CUDA_DEFINES, CUDA_INCLUDES, CUDA_FLAGS of flags.make), from its folder.
+flags() { sed -n "s/^$1 = //p" "$tdir/flags.make"; }
+echo "ab_relink: compiling $file ($src) as $target's $(basename "$obj")"
+cmd="nvcc $(flags CUDA_DEFINES) $(flags CUDA_INCLUDES) $(flags CUDA_FLAGS)"
+src_abs=$(realpath "$variant")
+(set -f && cd "$build/kernels" && eval "$cmd" -c "'$src_abs'" -o "'$tmp/$(basename "$obj")'") ||
+  die "nvcc failed on $file at $src"
+cp "$lib" "$tmp/lib.a"
+(cd "$tmp" && ar r lib.a "$(basename "$obj")")
+
+# Relink: the target's own link line with the output and this library replaced.
+relink() {  # DIR TARGET OUT
+  local link="$build/$1/CMakeFiles/$2.dir/link.txt"
+  [ -f "$link" ] || die "$link not found (is $2 a target of $build/$1?)"
+  local out
+  out=$(realpath -m "$3")
+  (cd "$build/$1" && sed -E "s# -o $2 # -o $out #; s#[^ ]*/lib$target\.a#$tmp/lib.a#g" CMakeFiles/"$2".dir/link.txt | sh) ||
+    die "linking $2 failed"
+  echo "ab_relink: $3"
+}
+mkdir -p dist/bin
+for b in "$@"; do relink experiments "$b" "dist/bin/${b}_$name"; done
+if [ "$tests" = 1 ]; then relink tests/gpu replayssm_gpu_tests "dist/bin/replayssm_gpu_tests_$name"; fi
