@@ -8,6 +8,12 @@ Prints, per file, the GPU, date, commit and the ceilings measured in the same ru
 of interest: median us per step, modelled bytes, achieved GB/s and its share of the copy and read-only ceilings.
 Re-run the measurement on an H200 with scripts/gpu_run.sh (see GPU.md); its JSON replaces the committed file.
 A file whose name holds "spec" (experiments/bench_spec_cuda.cu, issue 12) gets spec_table's layout instead.
+
+    scripts/bench_table.py --ab [--filter REGEX] BASE.json[,BASE2.json] OTHER.json[,OTHER2.json] ...
+
+A/B calls (benchmarks/experiments/README.md, scripts/ab_relink.sh): each argument is one build's runs from the same
+device call, comma-separated (repeats of an alternating call); per case, each run's median, their mean, and the mean
+over the first build's (the baseline). Cases are those every build measured, optionally matching REGEX.
 """
 import json
 import re
@@ -124,9 +130,54 @@ def spec_table(path):
     return "\n".join(out)
 
 
+def medians_of(path):
+    """Case (name before /iterations:...) -> median µs of one Google Benchmark JSON."""
+    with open(path) as f:
+        d = json.load(f)
+    out = {}
+    for b in d["benchmarks"]:
+        if b.get("aggregate_name") == "median":
+            out[re.sub(r"/iterations:.*$", "", b["name"])] = b["real_time"] if b.get("time_unit") == "us" \
+                else b["real_time"] / 1e3
+    return out
+
+
+def ab_table(groups, pattern=None):
+    """groups: one list of JSON paths per build (its repeats), the first the baseline. Markdown rows per case."""
+    runs = [[medians_of(p) for p in g] for g in groups]
+    names = [",".join(p.rsplit("/", 1)[-1] for p in g) for g in groups]
+    keys = [k for k in runs[0][0] if all(k in r for rs in runs for r in rs)]
+    if pattern:
+        keys = [k for k in keys if re.search(pattern, k)]
+    if not keys:
+        raise ValueError("no case measured by every build" + (f" matches {pattern!r}" if pattern else ""))
+    head = "| case | " + " | ".join(f"{chr(97 + i)}: µs" for i in range(len(groups))) + " | " + \
+        " | ".join(f"{chr(97 + i)} / a" for i in range(1, len(groups))) + " |"
+    out = [f"{chr(97 + i)} = {n}" for i, n in enumerate(names)] + ["", head,
+                                                                   "|---|" + "---:|" * (2 * len(groups) - 1)]
+    for k in keys:
+        means = [sum(r[k] for r in rs) / len(rs) for rs in runs]
+        cells = [" / ".join(f"{r[k]:.1f}" for r in rs) for rs in runs]
+        out.append(f"| `{k}` | " + " | ".join(cells) + " | " +
+                   " | ".join(f"{m / means[0]:.3f}" for m in means[1:]) + " |")
+    return "\n".join(out)
+
+
 def main(argv):
+    if len(argv) >= 2 and argv[1] == "--ab":
+        args, pattern = argv[2:], None
+        if len(args) >= 2 and args[0] == "--filter":
+            pattern, args = args[1], args[2:]
+        if len(args) < 2:
+            sys.exit("usage: scripts/bench_table.py --ab [--filter REGEX] BASE.json[,BASE2.json] OTHER.json[,...] ...")
+        try:
+            print(ab_table([a.split(",") for a in args], pattern))
+        except (OSError, ValueError, KeyError) as e:
+            sys.exit(f"bench_table.py --ab: {e}")
+        return
     if len(argv) < 2:
-        sys.exit("usage: scripts/bench_table.py BENCH.json [BENCH.json ...]")
+        sys.exit("usage: scripts/bench_table.py BENCH.json [BENCH.json ...]\n"
+                 "       scripts/bench_table.py --ab [--filter REGEX] BASE.json[,BASE2.json] OTHER.json[,...] ...")
     for path in argv[1:]:
         print(spec_table(path) if "spec" in path.rsplit("/", 1)[-1] else table(path))
         print()

@@ -1,0 +1,77 @@
+"""Tests of scripts/bench_table.py's A/B table (--ab): per-case means over each build's repeats, ratios to the
+baseline, the case filter, and refusals (no common case, a file without median rows). One test pins the committed
+A/B of the grouped flush (benchmarks/experiments/mamba2_flush_regB.*) to the ratio the README quotes.
+
+    python3 -m pytest tests/python/test_bench_table.py
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "bench_table.py"
+_spec = importlib.util.spec_from_file_location("bench_table", SCRIPT)
+bench_table = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_table)
+
+
+def write_run(path, medians, unit="us"):
+    """A Google Benchmark JSON with one median row (and one mean row, to be ignored) per case."""
+    rows = []
+    for case, t in medians.items():
+        name = f"{case}/iterations:10/repeats:5/manual_time"
+        rows.append({"name": name + "_mean", "aggregate_name": "mean", "real_time": 1e9, "time_unit": unit})
+        rows.append({"name": name + "_median", "aggregate_name": "median", "real_time": t, "time_unit": unit})
+    path.write_text(json.dumps({"context": {"gpu": "test"}, "benchmarks": rows}))
+    return str(path)
+
+
+def test_means_over_repeats_and_ratios(tmp_path):
+    a1 = write_run(tmp_path / "a1.json", {"x/batch:1": 10.0, "y/batch:1": 4.0})
+    a2 = write_run(tmp_path / "a2.json", {"x/batch:1": 12.0, "y/batch:1": 4.0})
+    b1 = write_run(tmp_path / "b1.json", {"x/batch:1": 9.0, "y/batch:1": 5.0, "z/batch:1": 1.0})
+    out = bench_table.ab_table([[a1, a2], [b1]])
+    rows = {line.split("|")[1].strip(" `"): line for line in out.splitlines() if line.startswith("| `")}
+    assert set(rows) == {"x/batch:1", "y/batch:1"}  # z: not measured by every build
+    assert rows["x/batch:1"].rstrip(" |").endswith("0.818")  # 9 / mean(10, 12)
+    assert "10.0 / 12.0" in rows["x/batch:1"]
+    assert rows["y/batch:1"].rstrip(" |").endswith("1.250")
+
+
+def test_nanosecond_runs_and_filter(tmp_path):
+    a = write_run(tmp_path / "a.json", {"x/batch:1": 2000.0, "y/batch:1": 1.0}, unit="ns")
+    b = write_run(tmp_path / "b.json", {"x/batch:1": 1.0, "y/batch:1": 1.0})
+    out = bench_table.ab_table([[a], [b]], pattern="^x/")
+    assert "`y/batch:1`" not in out
+    assert "| 2.0 | 1.0 | 0.500 |" in out
+
+
+def test_refusals(tmp_path):
+    a = write_run(tmp_path / "a.json", {"x/batch:1": 1.0})
+    b = write_run(tmp_path / "b.json", {"w/batch:1": 1.0})
+    with pytest.raises(ValueError, match="no case measured by every build"):
+        bench_table.ab_table([[a], [b]])
+    # A run whose median rows are missing (a --once run, or a file cut wrongly) has no cases: refused, not empty.
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"context": {}, "benchmarks": [
+        {"name": "x/batch:1/iterations:1", "run_type": "iteration", "real_time": 1.0, "time_unit": "us"}]}))
+    with pytest.raises(ValueError):
+        bench_table.ab_table([[str(broken)], [a]])
+    r = subprocess.run([sys.executable, str(SCRIPT), "--ab", a, str(tmp_path / "missing.json")],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "missing.json" in r.stderr
+
+
+def test_committed_grouped_flush_ab():
+    e = ROOT / "benchmarks" / "experiments"
+    old = [str(e / f"mamba2_flush_regB.old.{i}.h200.json") for i in (1, 2)]
+    new = [str(e / f"mamba2_flush_regB.new.{i}.h200.json") for i in (1, 2)]
+    out = bench_table.ab_table([old, new], pattern=r"^replay_g/fp32/K16/flush/batch:256$")
+    assert "848.5 / 848.6" in out and "805.8 / 805.9" in out
+    assert out.rstrip(" |\n").endswith("0.950")
