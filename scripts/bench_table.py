@@ -41,6 +41,16 @@ ROWS = {
 }
 
 
+def median_rows(d):
+    """Case (benchmark name before /iterations:...) -> its median row, of a loaded Google Benchmark JSON."""
+    return {re.sub(r"/iterations:.*$", "", b["name"]): b for b in d["benchmarks"] if b.get("aggregate_name") == "median"}
+
+
+def us_of(b):
+    """A row's real time in µs (the benches report µs; Google Benchmark's default is ns)."""
+    return b["real_time"] if b.get("time_unit") == "us" else b["real_time"] / 1e3
+
+
 def table(path):
     with open(path) as f:
         d = json.load(f)
@@ -48,12 +58,7 @@ def table(path):
     family = "gdn" if "gdn" in path else "mamba2"
     copy = float(ctx.get("copy_ceiling_GBps", "nan"))
     read = float(ctx.get("read_ceiling_GBps", "nan"))
-    medians = {}
-    for b in d["benchmarks"]:
-        if b.get("aggregate_name") != "median":
-            continue
-        key = re.sub(r"/iterations:.*$", "", b["name"])
-        medians[key] = b
+    medians = median_rows(d)
     out = [f"`{path}`: {ctx.get('gpu', '?')}, driver CUDA {ctx.get('cuda_driver', '?')}, {ctx.get('date', '?')}, "
            f"commit {str(ctx.get('git_commit', '?'))[:10]}, {ctx.get('geometry', '')}; ceilings measured in the same "
            f"run: copy {copy:.0f} GB/s, read-only {read:.0f} GB/s", "",
@@ -62,7 +67,7 @@ def table(path):
         b = medians.get(key)
         if b is None:
             continue
-        us = b["real_time"] if b.get("time_unit") == "us" else b["real_time"] / 1e3
+        us = us_of(b)
         mb = b.get("bytes", float("nan")) / 1e6
         gbs = mb / 1e3 / (us * 1e-6)
         out.append(f"| `{key}` | {us:.1f} | {mb:.1f} | {gbs:.0f} | {gbs / copy:.0%} | {gbs / read:.0%} |")
@@ -131,15 +136,12 @@ def spec_table(path):
 
 
 def medians_of(path):
-    """Case (name before /iterations:...) -> median µs of one Google Benchmark JSON."""
+    """Case -> median µs of one Google Benchmark JSON; a file without median rows is refused by name."""
     with open(path) as f:
-        d = json.load(f)
-    out = {}
-    for b in d["benchmarks"]:
-        if b.get("aggregate_name") == "median":
-            out[re.sub(r"/iterations:.*$", "", b["name"])] = b["real_time"] if b.get("time_unit") == "us" \
-                else b["real_time"] / 1e3
-    return out
+        rows = median_rows(json.load(f))
+    if not rows:
+        raise ValueError(f"{path} has no median rows (a --once run, or repetitions without aggregates?)")
+    return {k: us_of(b) for k, b in rows.items()}
 
 
 def ab_table(groups, pattern=None):

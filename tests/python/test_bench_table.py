@@ -61,7 +61,7 @@ def test_refusals(tmp_path):
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps({"context": {}, "benchmarks": [
         {"name": "x/batch:1/iterations:1", "run_type": "iteration", "real_time": 1.0, "time_unit": "us"}]}))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="broken.json has no median rows"):
         bench_table.ab_table([[str(broken)], [a]])
     r = subprocess.run([sys.executable, str(SCRIPT), "--ab", a, str(tmp_path / "missing.json")],
                        capture_output=True, text=True)
