@@ -317,9 +317,11 @@ void register_all() {
     GdnRoute route;
     Format f;
   };
-  constexpr int kCtaThreads = 128;  // gdn::kThreads (gdn_device.cuh, not a host header)
-  // v_tiles of at least one pass of rows per CTA (the launchers' floor): fp32 4 rows, 16-bit 8 rows at K = 128.
-  const auto max_vt = [](Format f) { return g_model.gdn.V / (kCtaThreads / (g_model.gdn.K / (format_bytes(f) == 4 ? 4 : 8))); };
+  // v_tiles of at least one pass of rows per CTA, the launchers' floor (fp32 4 rows, 16-bit 8 rows at K = 128).
+  const auto max_vt = [](Format f) {
+    const GdnParams& m = g_model.gdn;
+    return m.V / gdn_rows_per_pass({m.HK, m.HV, m.K, m.V}, f);
+  };
   if (g_opt.tiles_tune) {
     for (int b : {1, 8})
       for (int vt = 1; vt <= 32; vt *= 2) {

@@ -313,9 +313,10 @@ void register_all() {
       for (const S& s : schemes) add_replay_kinds(s.sc, s.f, K, b);
     }
   if (g_opt.tiles_tune) {
-    // p_tiles of at least one pass of rows per CTA: 128 / (N / vec) rows (fp32 vec 4, 16-bit vec 8).
+    // p_tiles of at least one pass of rows per CTA, the launchers' floor.
     const auto max_pt = [](Format f) {
-      return g_model.mamba2.P / (128 / (g_model.mamba2.N / (format_bytes(f) == 4 ? 4 : 8)));
+      const Mamba2Params& m = g_model.mamba2;
+      return m.P / mamba2_rows_per_pass({m.H, m.P, m.N, m.G}, f);
     };
     for (int b : {1, 8})
       for (int pt = 1; pt <= 16; pt *= 2) {

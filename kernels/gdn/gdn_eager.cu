@@ -195,6 +195,11 @@ void dispatch_act(const GdnEagerLaunch& l, int vtiles, int hpc, cudaStream_t str
 
 }  // namespace gdn
 
+int gdn_rows_per_pass(const GdnDims& dims, Format state_format) {
+  const int lanes = dims.K / gdn::state_vec(state_format);
+  return lanes > 0 ? gdn::kThreads / lanes : dims.V;
+}
+
 int gdn_v_tiles(const GdnDims& dims, int batch, Format state_format) {
   // Small batches are latency chains per CTA (slot, state; replay: cursor, ring, prologue), so the fastest split is
   // the fewest CTAs that still spread the state over the SMs: halve the tiles' rows while the grid stays within 4 CTAs
@@ -203,8 +208,7 @@ int gdn_v_tiles(const GdnDims& dims, int batch, Format state_format) {
   // 17.6 -> 8.4 and 24.9 -> 14.5); the rule it replaced (>= 2048 CTAs) chose 32 and 8, and a second wave of CTAs
   // doubles the chain. Never below one pass of rows.
   const int vec = gdn::state_vec(state_format);
-  const int lanes = dims.K / vec;
-  const int rows_per_pass = lanes > 0 ? gdn::kThreads / lanes : dims.V;
+  const int rows_per_pass = gdn_rows_per_pass(dims, state_format);
   const long long head_bytes = static_cast<long long>(dims.V) * dims.K * (vec == 4 ? 4 : 2);
   const long long ctas = static_cast<long long>(batch) * dims.HV, slots = 4LL * sm_count();
   int tiles = 1;

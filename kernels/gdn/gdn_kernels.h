@@ -133,6 +133,9 @@ void gdn_replay_step(const GdnReplayLaunch& launch, cudaStream_t stream);
 // would leave SMs idle, into no more CTAs than fit in one wave (gdn_eager.cu says how it was chosen). Exposed for the
 // tests and the benchmark's labels.
 int gdn_v_tiles(const GdnDims& dims, int batch, Format state_format);
+// Rows of one pass of a CTA over a tile (its threads over a row's K / vector lanes): gdn_v_tiles never makes a tile
+// smaller than this (V when K is below one vector). The benchmark's tile sweep stops there too.
+int gdn_rows_per_pass(const GdnDims& dims, Format state_format);
 // CTAs per (row, value head) of gdn_replay_step (launch.v_tiles when set; its streamed copy decides the row layout).
 int gdn_replay_v_tiles(const GdnReplayLaunch& launch);
 // Value heads per CTA of gdn_eager_step when GdnEagerLaunch::heads_per_cta is 0: 16-bit states, whose CTAs are short

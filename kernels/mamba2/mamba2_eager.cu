@@ -146,10 +146,14 @@ void dispatch_act(const Mamba2EagerLaunch& l, int ptiles, cudaStream_t stream) {
 
 }  // namespace m2
 
+int mamba2_rows_per_pass(const Mamba2Dims& dims, Format state_format) {
+  const int lanes = dims.N / m2::state_vec(state_format);
+  return lanes > 0 ? m2::kThreads / lanes : dims.P;
+}
+
 int mamba2_p_tiles(const Mamba2Dims& dims, int batch, Format state_format) {
   // Aim for >= 2048 CTAs (about 16 per SM on 132 SMs); never split below one pass of rows.
-  const int lanes = dims.N / m2::state_vec(state_format);
-  const int rows_per_pass = lanes > 0 ? m2::kThreads / lanes : dims.P;
+  const int rows_per_pass = mamba2_rows_per_pass(dims, state_format);
   int tiles = 1;
   while (static_cast<long long>(batch) * dims.H * tiles < 2048 && (dims.P + 2 * tiles - 1) / (2 * tiles) >= rows_per_pass)
     tiles *= 2;
@@ -165,8 +169,7 @@ int mamba2_eager_p_tiles(const Mamba2Dims& dims, int batch, Format state_format)
   // This picks 4 at batch 1, 2 at batch 2 and 1 from batch 3 on: fp32 batch 1 then sits 0.4 us above its best (1
   // tile), bf16 at its best; mamba2_p_tiles' 2048-CTA rule (kept for the per-head replay and verify kernels)
   // picked 16 / 8 and 2.
-  const int lanes = dims.N / m2::state_vec(state_format);
-  const int rows_per_pass = lanes > 0 ? m2::kThreads / lanes : dims.P;
+  const int rows_per_pass = mamba2_rows_per_pass(dims, state_format);
   const long long slots = 4LL * sm_count();
   int tiles = 1;
   while (static_cast<long long>(batch) * dims.H * 2 * tiles <= slots && (dims.P + 2 * tiles - 1) / (2 * tiles) >= rows_per_pass)

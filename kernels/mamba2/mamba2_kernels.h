@@ -172,6 +172,9 @@ void mamba2_replay_step(const Mamba2ReplayLaunch& launch, cudaStream_t stream);
 int mamba2_p_tiles(const Mamba2Dims& dims, int batch, Format state_format);
 // The eager step's split (Mamba2EagerLaunch::p_tiles = 0): tiles only while the grid fits in one wave.
 int mamba2_eager_p_tiles(const Mamba2Dims& dims, int batch, Format state_format);
+// Rows of one pass of a CTA over a tile (its threads over a row's N / vector lanes): the automatic splits never make
+// a tile smaller than this (P when N is below one vector). The benchmarks' tile sweeps stop there too.
+int mamba2_rows_per_pass(const Mamba2Dims& dims, Format state_format);
 
 // The grouped replay variant's shape for this launch (heads per CTA, P-tiles), as its launcher picks it; throws as
 // the launcher would on a forced shape it rejects. For the benchmark's labels.

@@ -654,7 +654,7 @@ void grouped_shape(const Mamba2ReplayLaunch& l, Format streamed, int& hc, int& p
       hc *= 2;
   }
   if (hc > 1 && d.P < kPairVec) bad_launch(what, "heads_per_cta > 1 needs P >= " + std::to_string(kPairVec));
-  const int rpp = kThreads / (d.N / state_vec(streamed));  // rows of one pass: the smallest useful tile
+  const int rpp = mamba2_rows_per_pass(d, streamed);  // the smallest useful tile
   if (l.p_tiles > 0) {
     if (hc != 1) bad_launch(what, "p_tiles > 0 needs heads_per_cta = 1");
     const int tr = (d.P + l.p_tiles - 1) / l.p_tiles;
