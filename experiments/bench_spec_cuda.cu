@@ -6,12 +6,16 @@
 // accepted token, achieved bandwidth against the copy and read-only ceilings measured at start-up, and the ratios of
 // issue 12's targets, which it prints as a table at the end. Not a correctness test (tests/gpu/ is).
 //
-//   bench_spec_cuda [--only=mamba2|gdn] [--mamba2-preset=NAME] [--gdn-preset=NAME] [--p=0.7] [--smoke] [--once]
-//                   [google benchmark flags]
+//   bench_spec_cuda [--only=mamba2|gdn] [--mamba2-preset=NAME] [--gdn-preset=NAME] [--p=0.7] [--verify-heads=N]
+//                   [--smoke] [--once] [google benchmark flags]
 //     --only    one family (default both: Nemotron-3 Super-120B Mamba-2 and Qwen3.5-4B GDN)
 //     --p       per-draft acceptance probability of the amortised figures (default 0.7)
 //     --smoke   a few tiny cases (batch 1 and 3, T 2 and 4), one repetition (ctest); exits 0 without a GPU
 //     --once    one iteration of one repetition per case (for ncu: few launches to replay)
+//     --verify-heads  Mamba2VerifyLaunch::heads_per_cta of the Mamba-2 verify (default 0: the launcher's pick, the
+//               grouped kernel at serving batches; 1: the per-head kernel)
+//   The Mamba-2 standard replay step is the kernel the cuda decoder runs: the grouped one wherever it accepts the
+//   launch (mamba2_grouped_accepts), else the per-head one.
 //   JSON: --benchmark_out=FILE --benchmark_out_format=json (context: GPU, date, driver, git commit, ceilings,
 //   geometries, p, interval). Default sweep: batch 64 and 256 × T 2 4 6 8 per family, interval 16, hist interval + T.
 //
@@ -55,6 +59,7 @@ struct Options {
   std::string only, mamba2_preset = "nemotron3-super-120b", gdn_preset = "qwen35-4b";
   double p = 0.7;
   int interval = 16;
+  int verify_heads = 0;
   bool smoke = false, once = false;
 };
 Options g_opt;
@@ -408,11 +413,13 @@ void bm_mamba2(benchmark::State& st, Config c) {
   lv.step = a, lv.window = T, lv.interval = KI, lv.hist = hist, lv.capacity = cap;
   lv.ckpt_format = Format::FP32, lv.d_ckpt = ck.p;
   lv.d_ring_x = rx.p, lv.d_ring_B = rB.p, lv.d_ring_dl = dl.p, lv.d_fill = spec_fill.p, lv.d_base = base.p;
+  lv.heads_per_cta = g_opt.verify_heads;
   Mamba2EagerVerifyLaunch le;
   le.step = a, le.window = T, le.state_format = Format::FP32, le.d_state = drafts.p, le.d_cur = cur.p;
   Mamba2ReplayLaunch lr;  // the linear ring of the standard step lives in the first entries of the same buffers
   lr.step = a, lr.interval = KI, lr.capacity = cap, lr.ckpt_format = Format::FP32, lr.d_ckpt = ck.p;
   lr.d_ring_x = rx.p, lr.d_ring_B = rB.p, lr.d_ring_dl = dl.p, lr.d_fill = rep_fill.p, lr.d_arrive = arrive.p;
+  lr.variant = mamba2_grouped_accepts(lr) ? 1 : 0;  // as the cuda decoder
 
   Steps k;
   k.verify = [lv](cudaStream_t st_) { mamba2_verify(lv, st_); };
@@ -625,10 +632,15 @@ int main(int argc, char** argv) {
     else if (a.rfind("--p=", 0) == 0) g_opt.p = std::atof(a.c_str() + 4);
     else if (a == "--smoke") g_opt.smoke = true;
     else if (a == "--once") g_opt.once = true;
+    else if (a.rfind("--verify-heads=", 0) == 0) g_opt.verify_heads = std::atoi(a.c_str() + 15);
     else rest.push_back(argv[i]);
   }
   if (!g_opt.only.empty() && g_opt.only != "mamba2" && g_opt.only != "gdn") {
     std::fprintf(stderr, "bench_spec_cuda: --only must be mamba2 or gdn\n");
+    return 2;
+  }
+  if (g_opt.verify_heads < 0 || g_opt.verify_heads > 16) {
+    std::fprintf(stderr, "bench_spec_cuda: --verify-heads must be 0 (the launcher's pick) .. 16\n");
     return 2;
   }
   if (!(g_opt.p >= 0 && g_opt.p <= 1)) {
@@ -666,6 +678,9 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("copy_ceiling_GBps", std::to_string(g_copy_GBps));
     benchmark::AddCustomContext("read_ceiling_GBps", std::to_string(g_read_GBps));
     benchmark::AddCustomContext("interval", std::to_string(g_opt.interval));
+    benchmark::AddCustomContext("mamba2_verify_heads_per_cta",
+                                g_opt.verify_heads == 0 ? "launcher's pick" : std::to_string(g_opt.verify_heads));
+    benchmark::AddCustomContext("mamba2_standard_step", "grouped where mamba2_grouped_accepts, else per-head");
     benchmark::AddCustomContext("hist", "interval + T");
     benchmark::AddCustomContext("p", std::to_string(g_opt.p));
     benchmark::AddCustomContext("nonflush_fill", std::to_string(kNonflushFill));

@@ -66,6 +66,17 @@ __device__ inline void load_chunk(uint4 (&q)[kMaxRows], const T* src, const Tile
     q[u] = u * t.rpp < left ? __ldcs(reinterpret_cast<const uint4*>(r0 + u * kPassElems<T>)) : make_uint4(0, 0, 0, 0);
 }
 
+// One chunk (pairs q0 + u·rpp + rsub, u < R; rows of the CTA's contiguous run of pairs) of the run at `base` (pair 0,
+// already at the thread's lane): one row pointer, the rest fixed offsets (load_chunk).
+template <class T, int R>
+__device__ inline void load_rows(uint4 (&q)[R], const T* base, const TileLayout<T>& lay, int np, int q0, int N) {
+  const T* r0 = chunk_row0(base, lay, q0, N);
+  const int left = np - q0 - lay.rsub;
+#pragma unroll
+  for (int u = 0; u < R; ++u)
+    q[u] = u * lay.rpp < left ? __ldcs(reinterpret_cast<const uint4*>(r0 + u * kPassElems<T>)) : make_uint4(0, 0, 0, 0);
+}
+
 // StateVec (16-byte state vectors, nearest and stochastic stores) and store_narrow4: common/state_vec.cuh.
 
 __device__ inline float to_f32(float v) { return v; }
@@ -161,6 +172,11 @@ inline void check_state_rows(const char* what, int N, int vec, const void* p) {
 // The grouped variant's launcher (mamba2_replay_grouped.cu), called by mamba2_replay_step after its checks;
 // `streamed` is the format a non-flush step reads.
 void replay_grouped(const Mamba2ReplayLaunch& l, Format streamed, cudaStream_t stream);
+
+// The grouped speculative verify (mamba2_verify_grouped.cu), called by mamba2_verify after its checks:
+// verify_heads_per_cta gives the heads per CTA of a launch (1: the per-head kernel runs it; refuses a bad forced value).
+int verify_heads_per_cta(const Mamba2VerifyLaunch& l);
+void verify_grouped(const Mamba2VerifyLaunch& l, int heads_per_cta, cudaStream_t stream);
 
 // The pipelined variants' launchers (mamba2_pipelined.cu), called after the common checks.
 void eager_pipelined(const Mamba2EagerLaunch& l, cudaStream_t stream);

@@ -145,6 +145,10 @@ struct Mamba2VerifyLaunch {
   float* d_ring_dl = nullptr;    // [pool, capacity, H, 2]
   const int32_t* d_fill = nullptr;  // [pool] committed entries
   const int32_t* d_base = nullptr;  // [pool] ring index of entry 0
+  // Heads per CTA: 0 picks (the grouped kernel at serving batches, one head per CTA below), 1 forces the per-head
+  // kernel, > 1 forces the grouped kernel with that many heads of a group per CTA (a divisor of H/G, at most 16;
+  // window <= 8, P >= 8). Both kernels compute every value by the same operations: the outputs are bit-identical.
+  int heads_per_cta = 0;
 };
 
 // The eager speculative baseline: the state pool holds `window` draft states per slot, [pool, window, H, P, N]

@@ -98,17 +98,6 @@ __device__ inline void out_pair(const Mamba2StepArgs& a, const GroupedCtx& t, co
   store_y(a.d_y, t.y0 + q, t.y_bf16, out);
 }
 
-// One chunk (pairs q0 + u·rpp + rsub, u < R; rows of the CTA's contiguous run of pairs) of the run at `base` (pair 0,
-// already at the thread's lane): one row pointer, the rest fixed offsets (load_chunk).
-template <class T, int R>
-__device__ inline void load_rows(uint4 (&q)[R], const T* base, const TileLayout<T>& lay, int np, int q0, int N) {
-  const T* r0 = chunk_row0(base, lay, q0, N);
-  const int left = np - q0 - lay.rsub;
-#pragma unroll
-  for (int u = 0; u < R; ++u)
-    q[u] = u * lay.rpp < left ? __ldcs(reinterpret_cast<const uint4*>(r0 + u * kPassElems<T>)) : make_uint4(0, 0, 0, 0);
-}
-
 // The chunk's R pair dots reduced together (reduce_scatter: row_sum's tree with about R shuffles) and written by the
 // lanes holding them. kLanes: the row's lane count when fixed at compile time (with_lanes), else 0.
 template <int R, int kLanes, class Lay>

@@ -498,6 +498,11 @@ void mamba2_verify(const Mamba2VerifyLaunch& l, cudaStream_t stream) {
     streamed = l.ckpt_format;
   }
   m2::check_state_rows(what, l.step.dims.N, m2::state_vec(l.ckpt_format), l.d_ckpt);
+  const int hc = m2::verify_heads_per_cta(l);
+  if (hc > 1) {  // serving batches: the prologue once per hc heads (mamba2_verify_grouped.cu)
+    m2::verify_grouped(l, hc, stream);
+    return;
+  }
   const int ptiles = mamba2_p_tiles(l.step.dims, l.step.batch, streamed);
   if (l.step.act_format == Format::BF16)
     m2::dispatch_verify<__nv_bfloat16>(l, ptiles, stream);

@@ -19,7 +19,10 @@
 //   (c) the eager baseline against mamba2_eager_step run token by token on the committed stream: bitwise equal
 //       outputs, final state and d_cur;
 //   (d) a corrupted committed ring entry (x of the newest) changes that row's next outputs and nothing else;
-//   (e) bad launch structs are rejected with a message naming the field.
+//   (e) bad launch structs are rejected with a message naming the field;
+//   (f) the grouped verify kernel (heads_per_cta > 1, what mamba2_verify picks at serving batches) through (a), (b)
+//       and (d), and bit for bit against the per-head kernel (outputs, checkpoints, read copies, rings, over random
+//       acceptance with early flushes, a padded row and a row sitting out).
 #include <catch2/catch.hpp>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
@@ -152,6 +155,11 @@ struct Ckpt {
   Format judged() const { return dual ? read : fmt; }
 };
 
+// Heads per CTA of every verify launch of the cases (Mamba2VerifyLaunch::heads_per_cta; 0: the launcher's pick, which
+// is the per-head kernel at these cases' few rows). Case (f) sets it; launch() and the case names read it.
+int g_heads = 0;
+std::string heads_tag() { return g_heads > 0 ? fmt::format(" heads={}", g_heads) : std::string(); }
+
 constexpr uint16_t kRingPoison = 0x7FC0;  // a bf16 NaN: a stale ring entry read shows in the outputs
 
 // Device state of the replay verify (or of the standard replay step, which uses the same buffers with a linear ring):
@@ -198,6 +206,7 @@ struct VerifyState {
     l.ckpt_format = ck.fmt, l.d_ckpt = dck->p, l.dual = ck.dual, l.read_format = ck.read;
     l.d_read = ck.dual ? drd->p : nullptr;
     l.d_ring_x = drx->p, l.d_ring_B = drB->p, l.d_ring_dl = ddl->p, l.d_fill = dfill->p, l.d_base = dbase->p;
+    l.heads_per_cta = g_heads;
     return l;
   }
   SpecCommitLaunch commit(int rows, const int32_t* d_slot, const int32_t* d_acc, int T, int interval, int hist) const {
@@ -237,7 +246,7 @@ double state_bound(Format f) { return f == Format::FP32 ? 1e-5 : output_toleranc
 
 // ---- (a) all accepted: verify + commit equals the standard replay step ----
 void run_all_accepted(const Geo& g, int T, int interval, Ckpt ck) {
-  const std::string name = fmt::format("{} all-accepted T={} K={} ckpt={}", g.name, T, interval, ck.name());
+  const std::string name = fmt::format("{} all-accepted T={} K={} ckpt={}{}", g.name, T, interval, ck.name(), heads_tag());
   const int rows = 3, pool = 4, hist = interval + T, cap = spec_ring_capacity(hist, T), windows = 3 * interval / T + 2;
   const Mamba2Dims d = g.dims;
   Layer L(g, rows, T, seed_of(name));
@@ -305,8 +314,8 @@ void run_all_accepted(const Geo& g, int T, int interval, Ckpt ck) {
 // ---- (b) random acceptance against the fp64 reference of the committed stream ----
 // roomy: hist 2·interval + T and a ring twice the size needed (flushes only at the interval; masks of a larger ring).
 void run_random(const Geo& g, int T, int interval, Ckpt ck, Format yfmt = Format::FP32, bool roomy = false) {
-  const std::string name = fmt::format("{} random T={} K={} ckpt={}{}{}", g.name, T, interval, ck.name(),
-                                       yfmt == Format::BF16 ? " y=bf16" : "", roomy ? " roomy" : "");
+  const std::string name = fmt::format("{} random T={} K={} ckpt={}{}{}{}", g.name, T, interval, ck.name(),
+                                       yfmt == Format::BF16 ? " y=bf16" : "", roomy ? " roomy" : "", heads_tag());
   // Row 3 is always padded; row 1 starts late; row 2 sits out some windows; slot 1 is never used.
   const int rows = 4, pool = 5;
   const int hist = roomy ? 2 * interval + T : interval + T;
@@ -501,7 +510,7 @@ void run_eager(const Geo& g, int T, Format sf) {
 
 // ---- (d) a corrupted committed ring entry changes the row's next outputs, and nothing else ----
 void run_corrupt(const Geo& g, int T, int interval) {
-  const std::string name = fmt::format("{} corrupt-ring T={} K={}", g.name, T, interval);
+  const std::string name = fmt::format("{} corrupt-ring T={} K={}{}", g.name, T, interval, heads_tag());
   const int rows = 2, pool = 2, hist = interval + T, cap = spec_ring_capacity(hist, T);
   const Mamba2Dims d = g.dims;
   Layer L(g, rows, T, seed_of(name));
@@ -550,6 +559,75 @@ void run_corrupt(const Geo& g, int T, int interval) {
   CHECK(d1 == 0.0);
 }
 
+
+// ---- (f) the grouped kernel against the per-head kernel, bit for bit ----
+// Two copies of the same device state driven by the same windows and accepted counts, one through each kernel.
+void run_grouped_bitwise(const Geo& g, int T, int interval, Ckpt ck, int heads, Format yfmt = Format::FP32) {
+  const std::string name = fmt::format("{} grouped-vs-per-head T={} K={} ckpt={} heads={}{}", g.name, T, interval,
+                                       ck.name(), heads, yfmt == Format::BF16 ? " y=bf16" : "");
+  const int rows = 4, pool = 5, hist = interval + T, cap = spec_ring_capacity(hist, T);
+  const std::vector<int32_t> slot_of = {4, 2, 0, -1};  // row 3 padded; row 2 sits out some windows
+  const Mamba2Dims d = g.dims;
+  Layer L(g, rows, T, seed_of(name));
+  const size_t SE = static_cast<size_t>(d.H) * d.P * d.N, HP = L.HP, yw = width(yfmt);
+  const std::vector<float> init = random_state(L.rng, pool * SE, ck.fmt);
+  VerifyState vg(d, pool, cap, ck, init, 1), vp(d, pool, cap, ck, init, 1);
+  DevBuf<int32_t> dslot(rows), dacc(rows);
+  DevBuf<uint8_t> dog(rows * T * HP * yw), dop(rows * T * HP * yw);
+  std::uniform_int_distribution<int> acc_dist(1, T);
+  const int windows = 3 * interval / T + 6;
+  long long out_diff = 0, flushes = 0;
+  std::vector<int> fill(pool, 0);
+  for (int w = 0; w < windows; ++w) {
+    std::vector<int32_t> slots(rows), acc(rows);
+    std::vector<std::vector<Tok>> pos(rows);
+    for (int r = 0; r < rows; ++r) {
+      slots[r] = (r == 2 && w % 5 == 4) ? -1 : slot_of[r];
+      acc[r] = acc_dist(L.rng);
+      for (int s = 0; s < T; ++s) pos[r].push_back(L.token());
+    }
+    L.upload(pos);
+    dslot.put(slots), dacc.put(acc);
+    CUDA_CHECK(cudaMemset(dog.p, 0xFF, dog.n));
+    CUDA_CHECK(cudaMemset(dop.p, 0xFF, dop.n));
+    g_heads = heads;
+    mamba2_verify(vg.launch(L.args(dslot.p, dog.p, yfmt), T, interval, hist), nullptr);
+    g_heads = 1;
+    mamba2_verify(vp.launch(L.args(dslot.p, dop.p, yfmt), T, interval, hist), nullptr);
+    g_heads = 0;
+    spec_commit(vg.commit(rows, dslot.p, dacc.p, T, interval, hist), nullptr);
+    spec_commit(vp.commit(rows, dslot.p, dacc.p, T, interval, hist), nullptr);
+    CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<uint8_t> a = dog.get(), b = dop.get();
+    for (size_t i = 0; i < a.size(); ++i) out_diff += a[i] != b[i];
+    for (int r = 0; r < rows; ++r)
+      if (slots[r] >= 0) {
+        const bool f = spec_flushes(fill[slots[r]], interval, T, hist);
+        flushes += f;
+        fill[slots[r]] = (f ? 0 : fill[slots[r]]) + acc[r];
+      }
+  }
+  auto bytes_differ = [](const auto& x, const auto& y) {
+    long long n = 0;
+    for (size_t i = 0; i < x.size(); ++i) n += std::memcmp(&x[i], &y[i], sizeof(x[i])) != 0;
+    return n;
+  };
+  const long long ck_diff = bytes_differ(vg.dck->get(), vp.dck->get());
+  const long long rd_diff = ck.dual ? bytes_differ(vg.drd->get(), vp.drd->get()) : 0;
+  const long long ring_diff = bytes_differ(vg.drx->get(), vp.drx->get()) + bytes_differ(vg.drB->get(), vp.drB->get()) +
+                              bytes_differ(vg.ddl->get(), vp.ddl->get());
+  const long long cur_diff = bytes_differ(vg.dfill->get(), vp.dfill->get()) + bytes_differ(vg.dbase->get(), vp.dbase->get());
+  fmt::print("{:<60} {} windows, {} row flushes: differing bytes: outputs {}, checkpoint {}, read copy {}, ring {}\n", name,
+             windows, flushes, out_diff, ck_diff, rd_diff, ring_diff);
+  INFO(name << ": differing output bytes " << out_diff << ", checkpoint bytes " << ck_diff << ", read copy "
+            << rd_diff << ", ring " << ring_diff << ", cursors " << cur_diff);
+  CHECK(flushes >= 4);
+  CHECK(out_diff == 0);
+  CHECK(ck_diff == 0);
+  CHECK(rd_diff == 0);
+  CHECK(ring_diff == 0);
+  CHECK(cur_diff == 0);
+}
 }  // namespace
 
 TEST_CASE("mamba2 verify: all drafts accepted equals the standard replay step", "[gpu][mamba2][spec]") {
@@ -582,6 +660,30 @@ TEST_CASE("mamba2 verify: random acceptance, mixed fills and padded rows, agains
     run_random(g, 4, 16, Ckpt{}, Format::FP32, true);
     run_random(g, 8, 4, Ckpt{Format::FP32, true, Format::BF16}, Format::FP32, true);
   }
+}
+
+TEST_CASE("mamba2 verify, grouped kernel: the cases above and bit for bit the per-head kernel", "[gpu][mamba2][spec]") {
+  if (!have_device()) return;
+  // Small: H/G = 4 (2 and 4 heads a CTA, P = 16: pairs of a thread in one head); Super-120B: 16 heads a CTA (what
+  // the launcher picks at batch 256, T <= 4) and 4 (its pick at T = 8).
+  const std::pair<Geo, std::vector<int>> cases[] = {{kSmall, {2, 4}}, {kSuper, {16, 4}}};
+  for (const auto& [g, hcs] : cases)
+    for (int hc : hcs) {
+      for (int T : {1, 2, 4, 8}) run_grouped_bitwise(g, T, 16, Ckpt{}, hc);
+      run_grouped_bitwise(g, 4, 16, Ckpt{Format::BF16, false, Format::BF16}, hc, Format::BF16);
+      run_grouped_bitwise(g, 4, 16, Ckpt{Format::FP32, true, Format::BF16}, hc);
+      run_grouped_bitwise(g, 3, 4, Ckpt{Format::FP32, true, Format::FP16}, hc);
+      run_grouped_bitwise(g, 8, 8, Ckpt{Format::FP16, false, Format::BF16}, hc);
+      g_heads = hc;
+      for (int T : {2, 4, 8}) run_all_accepted(g, T, 16, Ckpt{});
+      run_all_accepted(g, 4, 16, Ckpt{Format::FP32, true, Format::BF16});
+      for (int T : {1, 4, 8}) run_random(g, T, 16, Ckpt{});
+      run_random(g, 4, 16, Ckpt{Format::BF16, false, Format::BF16}, Format::BF16);
+      run_random(g, 4, 16, Ckpt{Format::FP32, true, Format::BF16});
+      run_random(g, 2, 4, Ckpt{Format::FP32, true, Format::FP16}, Format::FP32, true);
+      run_corrupt(g, 4, 16);
+      g_heads = 0;
+    }
 }
 
 TEST_CASE("mamba2 eager verify equals mamba2_eager_step on the committed stream, bit for bit", "[gpu][mamba2][spec]") {
@@ -631,6 +733,13 @@ TEST_CASE("mamba2 verify launchers reject bad launch structs with a message nami
     Mamba2VerifyLaunch l = ok;
     l.window = kMaxSpecWindow + 1;
     CHECK_THROWS_WITH(mamba2_verify(l, nullptr), Catch::Contains("window"));
+  }
+  {
+    Mamba2VerifyLaunch l = ok;
+    l.heads_per_cta = 3;  // does not divide H/G = 4
+    CHECK_THROWS_WITH(mamba2_verify(l, nullptr), Catch::Contains("heads_per_cta"));
+    l.heads_per_cta = 2, l.window = 9, l.hist = interval + 9, l.capacity = spec_ring_capacity(l.hist, 9);
+    CHECK_THROWS_WITH(mamba2_verify(l, nullptr), Catch::Contains("heads_per_cta"));
   }
   {
     SpecCommitLaunch c = vs.commit(1, dslot.p, dacc.p, T, interval, hist);
