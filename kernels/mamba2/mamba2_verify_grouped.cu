@@ -86,7 +86,11 @@ struct GVCtx {
   bool y_bf16, gated;
 };
 
-__device__ inline int head_of(const GVCtx& t, int q) { return static_cast<int>((q + 0.5f) * t.invP); }
+// i / d for the prologues' small item counts as one float product: exact while i < 2^20 and d <= 2^10 (i + 0.5 is at
+// least 0.5 / d away from a multiple of d, far above the product's rounding). A run-time integer division is about 20
+// instructions, and the prologues divide once or twice per item.
+__device__ inline int div_small(int i, float inv_d) { return static_cast<int>((i + 0.5f) * inv_d); }
+__device__ inline int head_of(const GVCtx& t, int q) { return div_small(q, t.invP); }
 
 // Output of pair q at position s (mamba2_verify.cu's verify_out).
 __device__ inline void gv_out(const Mamba2StepArgs& a, const GVCtx& t, const float* sm, const GVSmem& L, int q, int s,
@@ -177,7 +181,9 @@ __device__ inline float stored_as(float v) {
 template <class CK, class RDT, int TP, int kLanes>
 __device__ void gv_flush_head(const Mamba2StepArgs& a, const GVCtx& t, int hl, int nf, CK* ck, RDT* rd,
                               const float* sm, const GVSmem& L, int N) {
-  constexpr int R = 8 / TP > 0 ? 8 / TP : 1;  // TP = 4: 2 rows a chunk, TP = 8: 1
+  // fp32: R·TP = 16 dots a chunk as gv_read (4 rows in flight at T <= 4); 16-bit rows hold twice the values and
+  // would spill at 16.
+  constexpr int R = (sizeof(CK) == 4 ? 16 : 8) / TP;
   const TileLayout<CK> lay(N);
   constexpr int kVec = TileLayout<CK>::kVec;
   constexpr bool kDual = !std::is_void<RDT>::value;
@@ -257,6 +263,14 @@ __global__ void __launch_bounds__(kThreads, kGVMinBlocks)
     prefetch_l2(static_cast<const CK*>(l.d_ckpt) + slot_off + pair_base * N, static_cast<long long>(P) * N * sizeof(CK));
   const int hv = flush ? 0 : hf, nvis = hv + T;
   auto idx = [&](int e) { return static_cast<long long>((rbase + e) & mask); };
+  if (flush) {  // the committed x entries of every pair on their way into L2 for the fold's per-head x·weights
+    const int lines = (hc * P * 2 + 127) / 128;
+    const char* rx0 = reinterpret_cast<const char*>(l.d_ring_x + static_cast<long long>(slot) * cap * H * P + h0 * P);
+    for (int i = tid; i < hf * lines; i += kThreads) {
+      const int e = i / lines, c = i - e * lines;
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(rx0 + idx(e) * H * P * 2 + 128LL * c));
+    }
+  }
   const float2* dl = reinterpret_cast<const float2*>(l.d_ring_dl) + static_cast<long long>(slot) * cap * H;  // idx·H + h
   const uint16_t* rx = l.d_ring_x + static_cast<long long>(slot) * cap * H * P + pair_base;               // idx·H·P + q
   const uint16_t* rB = l.d_ring_B + static_cast<long long>(slot) * cap * G * N + static_cast<long long>(g) * N;
@@ -282,13 +296,20 @@ __global__ void __launch_bounds__(kThreads, kGVMinBlocks)
     sm[L.off_wd() + i] = delta_of(to_f32(static_cast<const A*>(a.d_dt)[rr * dts + h]), a.d_dt_bias[h], a.dt_min, a.dt_max);
   }
   for (int hl = tid; hl < hc; hl += kThreads) sm[L.off_A() + hl] = -expf(a.d_A_log[h0 + hl]);
+  const float inv_hf = 1.0f / static_cast<float>(max(hf, 1)), inv_P = 1.0f / static_cast<float>(P);
   for (int i = tid; i < hc * hf; i += kThreads) {
-    const int hl = i / hf, e = i % hf;
+    const int hl = div_small(i, inv_hf), e = i - hl * hf;
     const float2 d = dl[idx(e) * H + h0 + hl];
     sm[L.off_cd() + hl * H4 + e] = d.x;
     sm[L.off_cl() + hl * H4 + e] = d.y;
   }
   const int q0 = tid * kGVPairVec;  // this thread's pairs in A and C
+  float Dq[kGVPairVec];  // D of each pair, read once for all positions
+#pragma unroll
+  for (int i = 0; i < kGVPairVec; ++i) {
+    const int q = min(q0 + i, np - 1), hl = div_small(q, inv_P);
+    Dq[i] = a.d_per_dim ? a.d_D[h0 * P + q] : a.d_D[h0 + hl];
+  }
   for (int s = 0; s < T; ++s) {
     const long long rr = static_cast<long long>(row) * T + s;
     const A* x = static_cast<const A*>(a.d_x) + rr * xs + pair_base;
@@ -298,8 +319,7 @@ __global__ void __launch_bounds__(kThreads, kGVMinBlocks)
     for (int i = 0; i < kGVPairVec; ++i) {
       const int q = q0 + i;
       if (q < np) {
-        const int hl = q / P, p = q % P;
-        sm[L.off_dx() + s * np4 + q] = (a.d_per_dim ? a.d_D[(h0 + hl) * P + p] : a.d_D[h0 + hl]) * to_f32(x[q]);
+        sm[L.off_dx() + s * np4 + q] = Dq[i] * to_f32(x[q]);
         bits[i / 2] |= static_cast<uint32_t>(to_buffer_bits(x[q])) << (16 * (i % 2));
         if (z) sm[L.off_g() + s * np4 + q] = silu<float>(to_f32(z[q]));
       }
@@ -333,7 +353,7 @@ __global__ void __launch_bounds__(kThreads, kGVMinBlocks)
   }
   if (flush)
     for (int i = tid; i < hc * hf; i += kThreads) {
-      const int hl = i / hf, e = i % hf;
+      const int hl = div_small(i, inv_hf), e = i - hl * hf;
       const float lamK = sm[L.off_cl() + hl * H4 + hf - 1];
       sm[L.off_wf() + hl * H4 + e] = sm[L.off_cd() + hl * H4 + e] * expf(lamK - sm[L.off_cl() + hl * H4 + e]);
     }
@@ -365,8 +385,9 @@ __global__ void __launch_bounds__(kThreads, kGVMinBlocks)
         if (s < T) sm[L.off_dot() + e * T + s] = acc[s];
   }
   __syncthreads();
+  const float inv_nvis = 1.0f / static_cast<float>(nvis), inv_T = 1.0f / static_cast<float>(T);
   for (int i = tid; i < hc * T * nvis; i += kThreads) {
-    const int hl = i / (T * nvis), r = i % (T * nvis), s = r / nvis, e = r % nvis;
+    const int r = div_small(i, inv_nvis), e = i - r * nvis, hl = div_small(r, inv_T), s = r - hl * T;
     float w = 0.0f;
     if (e <= hv + s) {  // causal: position s sees the committed entries and the window's up to itself
       const bool committed = e < hv;
@@ -475,9 +496,10 @@ __global__ void __launch_bounds__(kThreads, kGVMinBlocks)
   if constexpr (kDual) rd = static_cast<RD*>(l.d_read) + slot_off + pair_base * N;
   for (int hl = 0; hl < hc; ++hl) {
     if (hl + 1 < hc) prefetch_l2(ck + static_cast<long long>(hl + 1) * P * N, static_cast<long long>(P) * N * sizeof(CK));
-    // This head's x·weight per (row, entry); the previous head's are no longer read (barrier at the loop end).
+    // This head's x·weight per (row, entry), consecutive threads on consecutive rows of one entry (coalesced ring
+    // reads); the previous head's are no longer read (barrier at the loop end).
     for (int i = tid; i < P * hf; i += kThreads) {
-      const int pl = i / hf, e = i % hf;
+      const int e = div_small(i, inv_P), pl = i - e * P;
       sm[L.off_u() + pl * H4 + e] =
           sm[L.off_wf() + hl * H4 + e] * bf16_bits_to_float(rx[idx(e) * H * P + hl * P + pl]);
     }

@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <random>
 #include <string>
@@ -628,6 +629,26 @@ void run_grouped_bitwise(const Geo& g, int T, int interval, Ckpt ck, int heads, 
   CHECK(ring_diff == 0);
   CHECK(cur_diff == 0);
 }
+// Case (f) for one geometry and its heads-per-CTA values.
+void run_grouped_cases(const Geo& g, std::initializer_list<int> heads) {
+  for (int hc : heads) {
+    for (int T : {1, 2, 4, 8}) run_grouped_bitwise(g, T, 16, Ckpt{}, hc);
+    run_grouped_bitwise(g, 4, 16, Ckpt{Format::BF16, false, Format::BF16}, hc, Format::BF16);
+    run_grouped_bitwise(g, 4, 16, Ckpt{Format::FP32, true, Format::BF16}, hc);
+    run_grouped_bitwise(g, 3, 4, Ckpt{Format::FP32, true, Format::FP16}, hc);
+    run_grouped_bitwise(g, 8, 8, Ckpt{Format::FP16, false, Format::BF16}, hc);
+    g_heads = hc;
+    for (int T : {2, 4, 8}) run_all_accepted(g, T, 16, Ckpt{});
+    run_all_accepted(g, 4, 16, Ckpt{Format::FP32, true, Format::BF16});
+    for (int T : {1, 4, 8}) run_random(g, T, 16, Ckpt{});
+    run_random(g, 4, 16, Ckpt{Format::BF16, false, Format::BF16}, Format::BF16);
+    run_random(g, 4, 16, Ckpt{Format::FP32, true, Format::BF16});
+    run_random(g, 2, 4, Ckpt{Format::FP32, true, Format::FP16}, Format::FP32, true);
+    run_corrupt(g, 4, 16);
+    g_heads = 0;
+  }
+}
+
 }  // namespace
 
 TEST_CASE("mamba2 verify: all drafts accepted equals the standard replay step", "[gpu][mamba2][spec]") {
@@ -662,28 +683,19 @@ TEST_CASE("mamba2 verify: random acceptance, mixed fills and padded rows, agains
   }
 }
 
-TEST_CASE("mamba2 verify, grouped kernel: the cases above and bit for bit the per-head kernel", "[gpu][mamba2][spec]") {
+// Small: H/G = 4 (2 and 4 heads a CTA; P = 16, so a thread's 8 pairs lie in one head). Super-120B: 16 heads a CTA
+// (the launcher's pick at batch 256 for T <= 4) and 4 (its pick at T = 8). Two cases so that the sanitizers can run
+// the small one alone.
+TEST_CASE("mamba2 verify, grouped kernel, small: the cases above and bit for bit the per-head kernel",
+          "[gpu][mamba2][spec]") {
   if (!have_device()) return;
-  // Small: H/G = 4 (2 and 4 heads a CTA, P = 16: pairs of a thread in one head); Super-120B: 16 heads a CTA (what
-  // the launcher picks at batch 256, T <= 4) and 4 (its pick at T = 8).
-  const std::pair<Geo, std::vector<int>> cases[] = {{kSmall, {2, 4}}, {kSuper, {16, 4}}};
-  for (const auto& [g, hcs] : cases)
-    for (int hc : hcs) {
-      for (int T : {1, 2, 4, 8}) run_grouped_bitwise(g, T, 16, Ckpt{}, hc);
-      run_grouped_bitwise(g, 4, 16, Ckpt{Format::BF16, false, Format::BF16}, hc, Format::BF16);
-      run_grouped_bitwise(g, 4, 16, Ckpt{Format::FP32, true, Format::BF16}, hc);
-      run_grouped_bitwise(g, 3, 4, Ckpt{Format::FP32, true, Format::FP16}, hc);
-      run_grouped_bitwise(g, 8, 8, Ckpt{Format::FP16, false, Format::BF16}, hc);
-      g_heads = hc;
-      for (int T : {2, 4, 8}) run_all_accepted(g, T, 16, Ckpt{});
-      run_all_accepted(g, 4, 16, Ckpt{Format::FP32, true, Format::BF16});
-      for (int T : {1, 4, 8}) run_random(g, T, 16, Ckpt{});
-      run_random(g, 4, 16, Ckpt{Format::BF16, false, Format::BF16}, Format::BF16);
-      run_random(g, 4, 16, Ckpt{Format::FP32, true, Format::BF16});
-      run_random(g, 2, 4, Ckpt{Format::FP32, true, Format::FP16}, Format::FP32, true);
-      run_corrupt(g, 4, 16);
-      g_heads = 0;
-    }
+  run_grouped_cases(kSmall, {2, 4});
+}
+
+TEST_CASE("mamba2 verify, grouped kernel, super-120b: the cases above and bit for bit the per-head kernel",
+          "[gpu][mamba2][spec]") {
+  if (!have_device()) return;
+  run_grouped_cases(kSuper, {16, 4});
 }
 
 TEST_CASE("mamba2 eager verify equals mamba2_eager_step on the committed stream, bit for bit", "[gpu][mamba2][spec]") {
