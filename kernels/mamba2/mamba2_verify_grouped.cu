@@ -41,8 +41,10 @@ constexpr int kGVMaxHeads = 16;
 constexpr int kGVMaxWindow = 8;                  // larger windows run the per-head kernel
 constexpr size_t kGVSmemBudget = 56 * 1024;      // 4 CTAs on an SM: 228 KiB less 1 KiB reserved per CTA
 
-// Shared memory in floats. Pairs q = hl·P + p, hl < hc. The region from off_U() is used twice: by the window's
-// committed (Δ_e, Λ_e) and weights up to phase C, then by a flushing row's B_e and x·weights in phase D.
+// Shared memory in floats. Pairs q = hl·P + p, hl < hc. The region from off_U() is used twice: by what only the
+// prologue reads (the window's B_s, the dots, Δ_s and Λ_s, the committed (Δ_e, Λ_e), the weights) up to phase C, then
+// by a flushing row's B_e and x·weights in phase D. Sharing it is what lets T = 6 and 8 run 8 heads a CTA within
+// kGVSmemBudget (4 at T = 8 before).
 struct GVSmem {
   int N, T, hist, hc, P;
   bool gated;
@@ -53,12 +55,8 @@ struct GVSmem {
   __host__ __device__ int H4() const { return up4(hist); }
   __host__ __device__ int np4() const { return up4(hc * P); }
   __host__ __device__ int off_C() const { return 0; }                           // [T][n4] C_s
-  __host__ __device__ int off_Bw() const { return T * n4(); }                   // [T][n4] B_s as buffered
-  __host__ __device__ int off_dot() const { return 2 * T * n4(); }              // [E][T] B_e·C_s
-  __host__ __device__ int off_A() const { return off_dot() + up4(E() * T); }    // [hc] A_h
-  __host__ __device__ int off_wd() const { return off_A() + up4(hc); }          // [hc][T] Δ_s
-  __host__ __device__ int off_wl() const { return off_wd() + up4(hc * T); }     // [hc][T] Λ_s
-  __host__ __device__ int off_dec() const { return off_wl() + up4(hc * T); }    // [hc][T] exp(Λ_s)
+  __host__ __device__ int off_A() const { return T * n4(); }                    // [hc] A_h
+  __host__ __device__ int off_dec() const { return off_A() + up4(hc); }         // [hc][T] exp(Λ_s)
   __host__ __device__ int off_wf() const { return off_dec() + up4(hc * T); }    // [hc][H4] fold weights
   __host__ __device__ int off_fd() const { return off_wf() + hc * H4(); }       // [hc] fold decay exp(Λ_K)
   __host__ __device__ int off_ring() const { return off_fd() + up4(hc); }       // [T][np4] ring sums
@@ -66,7 +64,11 @@ struct GVSmem {
   __host__ __device__ int off_g() const { return off_dx() + T * np4(); }        // [T][np4] gate factor (gated)
   __host__ __device__ int off_U() const { return off_g() + (gated ? T * np4() : 0); }
   // up to phase C
-  __host__ __device__ int off_cd() const { return off_U(); }                    // [hc][H4] committed Δ_e
+  __host__ __device__ int off_Bw() const { return off_U(); }                    // [T][n4] B_s as buffered
+  __host__ __device__ int off_dot() const { return off_Bw() + T * n4(); }       // [E][T] B_e·C_s
+  __host__ __device__ int off_wd() const { return off_dot() + up4(E() * T); }   // [hc][T] Δ_s
+  __host__ __device__ int off_wl() const { return off_wd() + up4(hc * T); }     // [hc][T] Λ_s
+  __host__ __device__ int off_cd() const { return off_wl() + up4(hc * T); }     // [hc][H4] committed Δ_e
   __host__ __device__ int off_cl() const { return off_cd() + hc * H4(); }       // [hc][H4] committed Λ_e
   __host__ __device__ int off_W() const { return off_cl() + hc * H4(); }        // [hc][T][E4] window weights
   // phase D of a flushing row
