@@ -4,7 +4,9 @@
 //                        the row's flush is due (the previous window's flush, deferred into this launch because it
 //                        streams the checkpoint anyway); no per-draft state.
 //   mamba2_eager_verify  the eager speculative baseline: T states written per verify, one per draft position.
-// Work split: one CTA (128 threads) per (row, head, P-tile), as the replay step. The checkpoint tile is read once per
+// Work split: one CTA (128 threads) per (row, head, P-tile), as the replay step. At serving batches mamba2_verify
+// runs the grouped twin instead (mamba2_verify_grouped.cu: the prologue once per chunk of a group's heads), which
+// computes every value by the same operations. The checkpoint tile is read once per
 // window: each state row is dotted with the T C_s in registers, so the window costs one state read whatever T is,
 // plus T times the small per-position work (dots B_e·C_s, weights, ring sums) done in the prologue from shared memory.
 // Order of operations follows lib/cpu/replay.cpp step_mamba2 where it costs nothing: entries enter through their bf16
