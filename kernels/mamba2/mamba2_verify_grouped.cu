@@ -13,7 +13,8 @@
 //      copy from the same registers), then dots the stored values.
 // Why: the per-head verify pays its prologue (the B_e·C_s dots, T·E weights with exp, the ring sums) once per head and
 // per position; at batch 256 that prologue, not the state stream, set its time (796 µs at T = 4 against 300 µs for a
-// grouped replay step streaming the same bytes). Here it is paid once per hc heads.
+// grouped replay step streaming the same bytes). Here it is paid once per hc heads: 359 µs there, 484 amortised over
+// flushing windows against 938 (benchmarks/runs/spec-bench-mamba2*.533cacf.*, benchmarks/experiments/README.md).
 // Every value is computed by the same chain of operations as mamba2_verify.cu's per-head kernel (weights, ring sums in
 // entry order, each dot's fmaf chain and row_sum's tree, the fold's fmaf chain), so the two kernels agree bit for
 // bit; tests/gpu/test_mamba2_spec_cuda.cpp checks that.
