@@ -137,7 +137,8 @@ __device__ inline void window_dots_rows(const Mamba2StepArgs& a, const GVCtx& t,
 
 // Non-flush: every head's tile as one run of hc·P pairs, two chunks in flight, the next head's tile into L2.
 template <class S, int TP, int kLanes>
-__device__ void gv_read(const Mamba2StepArgs& a, const GVCtx& t, const S* run, const float* sm, const GVSmem& L, int N) {
+__device__ void gv_read(const Mamba2StepArgs& a, const GVCtx& t, const S* run, const float* sm, const GVSmem& L,
+                        int N) {
   constexpr int R = 16 / TP;  // R·TP = 16 dots reduced per chunk
   const TileLayout<S> lay(N);
   constexpr int kVec = TileLayout<S>::kVec;
@@ -257,13 +258,14 @@ __global__ void __launch_bounds__(kThreads, kGVMinBlocks)
   const long long slot_off = static_cast<long long>(slot) * H * P * N;
   const long long pair_base = static_cast<long long>(h0) * P;  // pairs are contiguous from (h0, 0)
   const void* src_copy = kDual ? l.d_read : l.d_ckpt;
-  prefetch_l2(static_cast<const Src*>(src_copy) + slot_off + pair_base * N, static_cast<long long>(P) * N * sizeof(Src));
+  const long long head_elems = static_cast<long long>(P) * N;  // one head's tile
+  prefetch_l2(static_cast<const Src*>(src_copy) + slot_off + pair_base * N, head_elems * sizeof(Src));
   const int cap = l.capacity, mask = cap - 1;
   const int hf = min(max(l.d_fill[slot], 0), l.hist);  // a corrupt cursor must not send ring reads past the entries
   const int rbase = l.d_base[slot] & mask;
   const bool flush = spec_flushes(hf, l.interval, T, l.hist);
   if (kDual && flush)
-    prefetch_l2(static_cast<const CK*>(l.d_ckpt) + slot_off + pair_base * N, static_cast<long long>(P) * N * sizeof(CK));
+    prefetch_l2(static_cast<const CK*>(l.d_ckpt) + slot_off + pair_base * N, head_elems * sizeof(CK));
   const int hv = flush ? 0 : hf, nvis = hv + T;
   auto idx = [&](int e) { return static_cast<long long>((rbase + e) & mask); };
   if (flush) {  // the committed x entries of every pair on their way into L2 for the fold's per-head x·weights
@@ -274,7 +276,7 @@ __global__ void __launch_bounds__(kThreads, kGVMinBlocks)
       asm volatile("prefetch.global.L2 [%0];" ::"l"(rx0 + idx(e) * H * P * 2 + 128LL * c));
     }
   }
-  const float2* dl = reinterpret_cast<const float2*>(l.d_ring_dl) + static_cast<long long>(slot) * cap * H;  // idx·H + h
+  const float2* dl = reinterpret_cast<const float2*>(l.d_ring_dl) + static_cast<long long>(slot) * cap * H;  // idx·H+h
   const uint16_t* rx = l.d_ring_x + static_cast<long long>(slot) * cap * H * P + pair_base;               // idx·H·P + q
   const uint16_t* rB = l.d_ring_B + static_cast<long long>(slot) * cap * G * N + static_cast<long long>(g) * N;
   const bool vec = pair_base % 8 == 0 && static_cast<long long>(H) * P % 8 == 0 &&
@@ -296,7 +298,8 @@ __global__ void __launch_bounds__(kThreads, kGVMinBlocks)
   for (int i = tid; i < hc * T; i += kThreads) {
     const int hl = i / T, s = i % T, h = h0 + hl;
     const long long rr = static_cast<long long>(row) * T + s;
-    sm[L.off_wd() + i] = delta_of(to_f32(static_cast<const A*>(a.d_dt)[rr * dts + h]), a.d_dt_bias[h], a.dt_min, a.dt_max);
+    const float dt_raw = to_f32(static_cast<const A*>(a.d_dt)[rr * dts + h]);
+    sm[L.off_wd() + i] = delta_of(dt_raw, a.d_dt_bias[h], a.dt_min, a.dt_max);
   }
   for (int hl = tid; hl < hc; hl += kThreads) sm[L.off_A() + hl] = -expf(a.d_A_log[h0 + hl]);
   const float inv_hf = 1.0f / static_cast<float>(max(hf, 1)), inv_P = 1.0f / static_cast<float>(P);
@@ -498,7 +501,7 @@ __global__ void __launch_bounds__(kThreads, kGVMinBlocks)
   RDv* rd = nullptr;
   if constexpr (kDual) rd = static_cast<RD*>(l.d_read) + slot_off + pair_base * N;
   for (int hl = 0; hl < hc; ++hl) {
-    if (hl + 1 < hc) prefetch_l2(ck + static_cast<long long>(hl + 1) * P * N, static_cast<long long>(P) * N * sizeof(CK));
+    if (hl + 1 < hc) prefetch_l2(ck + (hl + 1) * head_elems, head_elems * sizeof(CK));
     // This head's x·weight per (row, entry), consecutive threads on consecutive rows of one entry (coalesced ring
     // reads); the previous head's are no longer read (barrier at the loop end).
     for (int i = tid; i < P * hf; i += kThreads) {

@@ -247,7 +247,8 @@ double state_bound(Format f) { return f == Format::FP32 ? 1e-5 : output_toleranc
 
 // ---- (a) all accepted: verify + commit equals the standard replay step ----
 void run_all_accepted(const Geo& g, int T, int interval, Ckpt ck) {
-  const std::string name = fmt::format("{} all-accepted T={} K={} ckpt={}{}", g.name, T, interval, ck.name(), heads_tag());
+  const std::string name =
+      fmt::format("{} all-accepted T={} K={} ckpt={}{}", g.name, T, interval, ck.name(), heads_tag());
   const int rows = 3, pool = 4, hist = interval + T, cap = spec_ring_capacity(hist, T), windows = 3 * interval / T + 2;
   const Mamba2Dims d = g.dims;
   Layer L(g, rows, T, seed_of(name));
@@ -560,7 +561,6 @@ void run_corrupt(const Geo& g, int T, int interval) {
   CHECK(d1 == 0.0);
 }
 
-
 // ---- (f) the grouped kernel against the per-head kernel, bit for bit ----
 // Two copies of the same device state driven by the same windows and accepted counts, one through each kernel.
 void run_grouped_bitwise(const Geo& g, int T, int interval, Ckpt ck, int heads, Format yfmt = Format::FP32) {
@@ -617,9 +617,10 @@ void run_grouped_bitwise(const Geo& g, int T, int interval, Ckpt ck, int heads, 
   const long long rd_diff = ck.dual ? bytes_differ(vg.drd->get(), vp.drd->get()) : 0;
   const long long ring_diff = bytes_differ(vg.drx->get(), vp.drx->get()) + bytes_differ(vg.drB->get(), vp.drB->get()) +
                               bytes_differ(vg.ddl->get(), vp.ddl->get());
-  const long long cur_diff = bytes_differ(vg.dfill->get(), vp.dfill->get()) + bytes_differ(vg.dbase->get(), vp.dbase->get());
-  fmt::print("{:<60} {} windows, {} row flushes: differing bytes: outputs {}, checkpoint {}, read copy {}, ring {}\n", name,
-             windows, flushes, out_diff, ck_diff, rd_diff, ring_diff);
+  const long long cur_diff =
+      bytes_differ(vg.dfill->get(), vp.dfill->get()) + bytes_differ(vg.dbase->get(), vp.dbase->get());
+  fmt::print("{:<60} {} windows, {} row flushes: differing bytes: outputs {}, checkpoint {}, read copy {}, ring {}\n",
+             name, windows, flushes, out_diff, ck_diff, rd_diff, ring_diff);
   INFO(name << ": differing output bytes " << out_diff << ", checkpoint bytes " << ck_diff << ", read copy "
             << rd_diff << ", ring " << ring_diff << ", cursors " << cur_diff);
   CHECK(flushes >= 4);
@@ -684,8 +685,8 @@ TEST_CASE("mamba2 verify: random acceptance, mixed fills and padded rows, agains
 }
 
 // Small: H/G = 4 (2 and 4 heads a CTA; P = 16, so a thread's 8 pairs lie in one head). Super-120B: 16 heads a CTA
-// (the launcher's pick at batch 256 for T <= 4) and 8 (its pick at T = 6 and 8). Two cases so that the sanitizers can run
-// the small one alone.
+// (the launcher's pick at batch 256 for T <= 4) and 8 (its pick at T = 6 and 8). Two cases so that the sanitizers can
+// run the small one alone.
 TEST_CASE("mamba2 verify, grouped kernel, small: the cases above and bit for bit the per-head kernel",
           "[gpu][mamba2][spec]") {
   if (!have_device()) return;
