@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "numeric/bits.h"
+#include "numeric/format.h"
 #include "numeric/stochastic.h"
 
 namespace rssm {
@@ -162,6 +163,29 @@ __device__ inline void store_narrow4_sr(T* p, const float v[4], const uint32_t r
       c[i] = float_to_fp16_bits_sr(v[i], r[i]);
   }
   __stcs(reinterpret_cast<uint2*>(p), make_uint2(c[0] | (c[1] << 16), c[2] | (c[3] << 16)));
+}
+
+// The element types of a replay checkpoint, as every launcher dispatches on them: f(TypeTag<CK>{}, TypeTag<RD>{})
+// with CK the checkpoint's type (a dual checkpoint's fp32 update copy) and RD its read copy's, void when shared.
+// The caller checked the formats (shared: fp32, bf16 or fp16; dual: an fp32 update copy read as bf16 or fp16).
+template <class T>
+struct TypeTag {
+  using type = T;
+};
+template <class F>
+void with_checkpoint_types(bool dual, Format ckpt_format, Format read_format, F&& f) {
+  if (dual) {
+    if (read_format == Format::BF16)
+      f(TypeTag<float>{}, TypeTag<__nv_bfloat16>{});
+    else
+      f(TypeTag<float>{}, TypeTag<__half>{});
+    return;
+  }
+  switch (ckpt_format) {
+    case Format::FP32: f(TypeTag<float>{}, TypeTag<void>{}); break;
+    case Format::BF16: f(TypeTag<__nv_bfloat16>{}, TypeTag<void>{}); break;
+    default: f(TypeTag<__half>{}, TypeTag<void>{}); break;
+  }
 }
 
 }  // namespace rssm

@@ -704,18 +704,9 @@ void launch_replay(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
 
 template <class A>
 void dispatch_state(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
-  if (l.dual) {
-    if (l.read_format == Format::BF16)
-      launch_replay<A, float, __nv_bfloat16>(l, vtiles, stream);
-    else
-      launch_replay<A, float, __half>(l, vtiles, stream);
-    return;
-  }
-  switch (l.ckpt_format) {
-    case Format::FP32: launch_replay<A, float, void>(l, vtiles, stream); break;
-    case Format::BF16: launch_replay<A, __nv_bfloat16, void>(l, vtiles, stream); break;
-    default: launch_replay<A, __half, void>(l, vtiles, stream); break;
-  }
+  with_checkpoint_types(l.dual, l.ckpt_format, l.read_format, [&](auto ck, auto rd) {
+    launch_replay<A, typename decltype(ck)::type, typename decltype(rd)::type>(l, vtiles, stream);
+  });
 }
 
 }  // namespace gdn

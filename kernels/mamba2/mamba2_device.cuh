@@ -77,6 +77,19 @@ __device__ inline void load_rows(uint4 (&q)[R], const T* base, const TileLayout<
     q[u] = u * lay.rpp < left ? __ldcs(reinterpret_cast<const uint4*>(r0 + u * kPassElems<T>)) : make_uint4(0, 0, 0, 0);
 }
 
+// Eight consecutive bf16 ring elements (pairs q0 .. q0 + 7 of a row of np; pe points at pair q0) as raw bits, zero
+// past np: one 16-byte load when `vec` (the row is 16-byte aligned) and all eight are inside the row.
+__device__ inline uint4 load_bf16x8_row(const uint16_t* pe, int q0, int np, bool vec) {
+  if (vec && q0 + 8 <= np) return *reinterpret_cast<const uint4*>(pe);
+  uint32_t w[4];
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    const uint32_t lo = q0 + 2 * m < np ? pe[2 * m] : 0, hi = q0 + 2 * m + 1 < np ? pe[2 * m + 1] : 0;
+    w[m] = lo | (hi << 16);
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 // StateVec (16-byte state vectors, nearest and stochastic stores) and store_narrow4: common/state_vec.cuh.
 
 __device__ inline float to_f32(float v) { return v; }

@@ -534,16 +534,12 @@ void eager_pipelined_act(const Mamba2EagerLaunch& e, cudaStream_t stream) {
 template <class A>
 void replay_pipelined_act(const Mamba2ReplayLaunch& l, cudaStream_t stream) {
   const int st = l.pipe_stages, cps = l.pipe_ctas;
-  if (l.dual) {  // the stage holds the fp32 update tile a flush reads
-    if (l.read_format == Format::BF16) launch_pipelined<true, A, float, __nv_bfloat16>(l, nullptr, 4, st, cps, stream);
-    else launch_pipelined<true, A, float, __half>(l, nullptr, 4, st, cps, stream);
-    return;
-  }
-  switch (l.ckpt_format) {
-    case Format::FP32: launch_pipelined<true, A, float, void>(l, nullptr, 4, st, cps, stream); break;
-    case Format::BF16: launch_pipelined<true, A, __nv_bfloat16, void>(l, nullptr, 2, st, cps, stream); break;
-    default: launch_pipelined<true, A, __half, void>(l, nullptr, 2, st, cps, stream); break;
-  }
+  // The stage holds the checkpoint tile a flush reads (a dual checkpoint's fp32 update copy): sizeof(CK) bytes each.
+  with_checkpoint_types(l.dual, l.ckpt_format, l.read_format, [&](auto ck, auto rd) {
+    using CK = typename decltype(ck)::type;
+    using RD = typename decltype(rd)::type;
+    launch_pipelined<true, A, CK, RD>(l, nullptr, static_cast<int>(sizeof(CK)), st, cps, stream);
+  });
 }
 
 void eager_pipelined(const Mamba2EagerLaunch& e, cudaStream_t stream) {

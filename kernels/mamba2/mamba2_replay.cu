@@ -456,18 +456,9 @@ void launch_replay(const Mamba2ReplayLaunch& l, int ptiles, cudaStream_t stream)
 
 template <class A>
 void dispatch_state(const Mamba2ReplayLaunch& l, int ptiles, cudaStream_t stream) {
-  if (l.dual) {
-    if (l.read_format == Format::BF16)
-      launch_replay<A, float, __nv_bfloat16>(l, ptiles, stream);
-    else
-      launch_replay<A, float, __half>(l, ptiles, stream);
-    return;
-  }
-  switch (l.ckpt_format) {
-    case Format::FP32: launch_replay<A, float, void>(l, ptiles, stream); break;
-    case Format::BF16: launch_replay<A, __nv_bfloat16, void>(l, ptiles, stream); break;
-    default: launch_replay<A, __half, void>(l, ptiles, stream); break;
-  }
+  with_checkpoint_types(l.dual, l.ckpt_format, l.read_format, [&](auto ck, auto rd) {
+    launch_replay<A, typename decltype(ck)::type, typename decltype(rd)::type>(l, ptiles, stream);
+  });
 }
 
 }  // namespace m2

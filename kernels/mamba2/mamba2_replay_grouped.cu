@@ -481,19 +481,7 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
         for (int u = 0; u < kXRound; ++u) {
           const int e = e0 + u;
           const uint16_t* pe = rx + static_cast<long long>(e) * H * P + q0;
-          if (e >= j) {
-            raw[u] = make_uint4(0, 0, 0, 0);
-          } else if (vec && q0 + kPairVec <= np) {
-            raw[u] = *reinterpret_cast<const uint4*>(pe);
-          } else {
-            uint32_t w[4];
-#pragma unroll
-            for (int m = 0; m < 4; ++m) {
-              const uint32_t lo = q0 + 2 * m < np ? pe[2 * m] : 0, hi = q0 + 2 * m + 1 < np ? pe[2 * m + 1] : 0;
-              w[m] = lo | (hi << 16);
-            }
-            raw[u] = make_uint4(w[0], w[1], w[2], w[3]);
-          }
+          raw[u] = e < j ? load_bf16x8_row(pe, q0, np, vec) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int u = 0; u < kXRound; ++u) {
@@ -607,18 +595,9 @@ void launch_grouped(const Mamba2ReplayLaunch& l, int hc, int ptiles, cudaStream_
 
 template <class A, bool kSmall>
 void dispatch_grouped_state(const Mamba2ReplayLaunch& l, int hc, int ptiles, cudaStream_t stream) {
-  if (l.dual) {
-    if (l.read_format == Format::BF16)
-      launch_grouped<A, float, __nv_bfloat16, kSmall>(l, hc, ptiles, stream);
-    else
-      launch_grouped<A, float, __half, kSmall>(l, hc, ptiles, stream);
-    return;
-  }
-  switch (l.ckpt_format) {
-    case Format::FP32: launch_grouped<A, float, void, kSmall>(l, hc, ptiles, stream); break;
-    case Format::BF16: launch_grouped<A, __nv_bfloat16, void, kSmall>(l, hc, ptiles, stream); break;
-    default: launch_grouped<A, __half, void, kSmall>(l, hc, ptiles, stream); break;
-  }
+  with_checkpoint_types(l.dual, l.ckpt_format, l.read_format, [&](auto ck, auto rd) {
+    launch_grouped<A, typename decltype(ck)::type, typename decltype(rd)::type, kSmall>(l, hc, ptiles, stream);
+  });
 }
 
 // Heads per CTA and P-tiles of the grouped variant. Serving batches: as many heads of a group per CTA (a power of

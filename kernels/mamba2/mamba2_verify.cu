@@ -341,18 +341,9 @@ void launch_verify(const Mamba2VerifyLaunch& l, int ptiles, cudaStream_t stream)
 
 template <class A>
 void dispatch_verify(const Mamba2VerifyLaunch& l, int ptiles, cudaStream_t stream) {
-  if (l.dual) {
-    if (l.read_format == Format::BF16)
-      launch_verify<A, float, __nv_bfloat16>(l, ptiles, stream);
-    else
-      launch_verify<A, float, __half>(l, ptiles, stream);
-    return;
-  }
-  switch (l.ckpt_format) {
-    case Format::FP32: launch_verify<A, float, void>(l, ptiles, stream); break;
-    case Format::BF16: launch_verify<A, __nv_bfloat16, void>(l, ptiles, stream); break;
-    default: launch_verify<A, __half, void>(l, ptiles, stream); break;
-  }
+  with_checkpoint_types(l.dual, l.ckpt_format, l.read_format, [&](auto ck, auto rd) {
+    launch_verify<A, typename decltype(ck)::type, typename decltype(rd)::type>(l, ptiles, stream);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -430,20 +430,7 @@ __global__ void __launch_bounds__(kThreads, kGVMinBlocks)
 #pragma unroll
         for (int u = 0; u < kGVXRound; ++u) {
           const int e = e0 + u;
-          const uint16_t* pe = rx + idx(e) * H * P + q0;
-          if (e >= hv) {
-            raw[u] = make_uint4(0, 0, 0, 0);
-          } else if (vec && q0 + kGVPairVec <= np) {
-            raw[u] = *reinterpret_cast<const uint4*>(pe);
-          } else {
-            uint32_t w[4];
-#pragma unroll
-            for (int m = 0; m < 4; ++m) {
-              const uint32_t lo = q0 + 2 * m < np ? pe[2 * m] : 0, hi = q0 + 2 * m + 1 < np ? pe[2 * m + 1] : 0;
-              w[m] = lo | (hi << 16);
-            }
-            raw[u] = make_uint4(w[0], w[1], w[2], w[3]);
-          }
+          raw[u] = e < hv ? load_bf16x8_row(rx + idx(e) * H * P + q0, q0, np, vec) : make_uint4(0, 0, 0, 0);
         }
 #pragma unroll
         for (int u = 0; u < kGVXRound; ++u)
@@ -540,18 +527,9 @@ void launch_gv_window(const Mamba2VerifyLaunch& l, int hc, cudaStream_t stream) 
 
 template <class A>
 void dispatch_gv(const Mamba2VerifyLaunch& l, int hc, cudaStream_t stream) {
-  if (l.dual) {
-    if (l.read_format == Format::BF16)
-      launch_gv_window<A, float, __nv_bfloat16>(l, hc, stream);
-    else
-      launch_gv_window<A, float, __half>(l, hc, stream);
-    return;
-  }
-  switch (l.ckpt_format) {
-    case Format::FP32: launch_gv_window<A, float, void>(l, hc, stream); break;
-    case Format::BF16: launch_gv_window<A, __nv_bfloat16, void>(l, hc, stream); break;
-    default: launch_gv_window<A, __half, void>(l, hc, stream); break;
-  }
+  with_checkpoint_types(l.dual, l.ckpt_format, l.read_format, [&](auto ck, auto rd) {
+    launch_gv_window<A, typename decltype(ck)::type, typename decltype(rd)::type>(l, hc, stream);
+  });
 }
 
 size_t gv_smem_bytes(const Mamba2VerifyLaunch& l, int hc) {
