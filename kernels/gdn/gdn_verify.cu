@@ -19,9 +19,9 @@
 // Work split (as gdn_replay.cu): one CTA of 128 threads per (row, value head, V-tile). Prologue: q_s, k_s of all T
 // positions normalised together (one latency, not T), gates, the window's G, the key dots of every visible entry
 // against every k_s and q_s (one warp per entry, the 2T sums reduced with one reduce_scatter), the weights W (one
-// thread per pair). Stream: the tile's checkpoint rows, kUnroll-style batches of rows in flight, each key/query chunk
-// loaded from shared memory once per batch and used for all its rows; the 2T dots of a row reduced with
-// reduce_scatter and left in shared memory. Substitution: one thread per state row, the committed ring terms, then
+// thread per pair). Stream: the tile's checkpoint rows in batches of kVerifyUnroll rows a thread, each key/query chunk
+// loaded from shared memory once per batch and used for all its rows; the batch's U·2T dots reduced with one
+// reduce_scatter (K = 128 fixes the lane count at compile time) and left in shared memory. Substitution: one thread per state row, the committed ring terms, then
 // the T positions in order; it writes o_s and the ring's u. The per-position scalars and W live in shared memory.
 // Writes of the ring (positions' entries only; no other CTA of the launch reads them): u rows by the tile that owns
 // them, k_s by tile 0 of the first value head of the key group, G_s by tile 0 of the head.
@@ -29,7 +29,9 @@
 // Eager verify: per state row, the row of draft d_cur is loaded, then positions s = 0 .. T−1 update it in registers
 // and store it into draft s (gdn_eager_step's arithmetic and order per position, so T eager steps on the committed
 // stream give the same bits). A row is read and written only by the lanes that hold it, all its loads before its
-// stores, so overwriting draft d_cur in place is safe.
+// stores, so overwriting draft d_cur in place is safe. The tile's v_s sit in shared memory and each position's dots
+// of the batch's rows are reduced together (row_sums), off the update's chain of dependent latencies (902 -> 771 µs
+// at batch 256, T = 4; 70% -> 82% of the copy ceiling).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -52,10 +54,21 @@ __host__ __device__ inline int max_committed(int window, int interval, int hist)
   return window + (keep > 0 ? keep : 0);
 }
 
-// Batches of rows in flight per thread in the verify stream: the 2T dots of each row stay in registers until they
-// are reduced, so larger windows take fewer rows per batch (at most 64 dot registers).
+// Rows in flight per thread in the verify stream. The batch's 2T dots per row are reduced together, and U·2T = 16
+// values over a 32-lane row leave each lane at most one complete sum to store: no loop over a run-time count, and
+// 16 dot registers. Fewer registers also raise occupancy: at U = 4 (T = 4: 122 registers, 4 CTAs per SM) the stream
+// spent 145 instructions per state row, 32 of them the dots' FMAs (ncu source counters, H200).
 template <int TP>
-constexpr int kVerifyUnroll = TP >= 16 ? 2 : 4;
+constexpr int kVerifyUnroll = 2 * TP >= 16 ? 1 : 2 * TP >= 4 ? 16 / (2 * TP) : 4;
+// Whether the stream loads the next batch of rows before this batch's arithmetic, and the resident CTAs per SM the
+// kernel's registers are capped for (0: ptxas's choice). bench_spec_cuda on the H200, fp32 checkpoint, batch 256:
+// T <= 4 runs best as ptxas builds it without the look-ahead (72-80 registers, 6-7 CTAs; the look-ahead or a cap
+// cost 2-12%); T = 8 held 126 registers (4 CTAs) and gains 7-10% from 96 (5 CTAs, the shared-memory limit there)
+// with the look-ahead.
+template <int TP>
+constexpr int kVerifyMinBlocks = TP <= 4 ? 0 : TP == 8 ? 5 : 4;
+template <int TP>
+constexpr bool kVerifyLookAhead = TP >= 8;
 
 // Window shared memory, in floats. Regions holding keys start on 16-byte boundaries (read as float4).
 struct VerifySmem {
@@ -150,7 +163,8 @@ struct VerifyCtx {
 
 // The stream phase: the CTA's tile of `src` read once; a flushing CTA (kFlush) first folds the committed entries
 // into it and writes it back (dual: also the read copy rd); then the 2T dots of each row go to shared memory.
-template <class T, class R, bool kFlush, int TP>
+// kL: lanes of a row when K is fixed at compile time (the kernel's kK), else 0.
+template <class T, class R, bool kFlush, int TP, int kL>
 __device__ void verify_stream(const VerifyCtx& t, T* src, R* rd, float* smem, const VerifySmem& L) {
   constexpr int kVec = StateVec<T>::kVec;
   constexpr int U = kVerifyUnroll<TP>;
@@ -163,21 +177,37 @@ __device__ void verify_stream(const VerifyCtx& t, T* src, R* rd, float* smem, co
   float* s_sq = smem + L.off_sq();
   const int span = t.rows_per_pass * U;
   const int ahead = t.l2_ahead >= 0 ? (t.l2_ahead + 2) * span : 0;  // the prefetch window's end, rows past i0
+  // With the look-ahead (kVerifyLookAhead) the next batch's rows are loaded before this batch's arithmetic, so the
+  // state loads stay in flight under the dots and their reduction.
+  uint4 next[U];
+  const auto load_batch = [&](int b0) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int i = b0 + u * t.rows_per_pass + t.rsub;
+      next[u] = i < t.v_end ? __ldcs(reinterpret_cast<const uint4*>(src + static_cast<long long>(i) * t.K))
+                            : make_uint4(0, 0, 0, 0);
+    }
+  };
+  if constexpr (kVerifyLookAhead<TP>) load_batch(t.v_begin);
   for (int i0 = t.v_begin; i0 < t.v_end; i0 += span) {
     if (ahead > 0 && i0 != t.v_begin) prefetch_rows(src - t.c * kVec, t.K, i0 + ahead - span, min(i0 + ahead, t.v_end));
     float s[U][kVec];
     int il[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {  // every load first: U independent 16-byte loads in flight
+    for (int u = 0; u < U; ++u) {  // rows past the tile read as zeros; their results are dropped
       const int i = i0 + u * t.rows_per_pass + t.rsub;
-      il[u] = min(i, t.v_end - 1) - t.v_begin;  // rows past the tile read a valid slot; their results are dropped
-      if (i < t.v_end) {
+      il[u] = min(i, t.v_end - 1) - t.v_begin;
+      if constexpr (kVerifyLookAhead<TP>) {
+        StateVec<T>::unpack(next[u], s[u]);
+      } else if (i < t.v_end) {  // every load of the batch first: U independent 16-byte loads in flight
         StateVec<T>::load(src + static_cast<long long>(i) * t.K, s[u]);
       } else {
 #pragma unroll
         for (int k = 0; k < kVec; ++k) s[u][k] = 0.0f;
       }
     }
+    if constexpr (kVerifyLookAhead<TP>)
+      if (i0 + span < t.v_end) load_batch(i0 + span);
     if constexpr (kFlush) {  // S_c <- e^{G_{h−1}}·S_c + Σ_e (e^{G_{h−1}−G_e}·u_e[i])·k_e, e in order
 #pragma unroll
       for (int u = 0; u < U; ++u)
@@ -206,47 +236,49 @@ __device__ void verify_stream(const VerifyCtx& t, T* src, R* rd, float* smem, co
         if constexpr (!std::is_void<R>::value) round_narrow4<R>(s[u]);  // the window reads the read copy's values
       }
     }
-    // The 2T dots of every row: each position's key and query chunk loaded once for the U rows.
-    float d[U][2 * TP];
+    // The 2T dots of each row, the batch's rows reduced together (value u·2T + x: row u, dot x; x < T against k_x,
+    // x >= T against q_{x−T}): each value's additions are row_sum's tree, as gdn_replay_step's.
+    constexpr int N = U * 2 * TP;
+    float d[N];
+#pragma unroll
+    for (int x = 0; x < N; ++x) d[x] = 0.0f;
 #pragma unroll
     for (int p = 0; p < TP; ++p) {
-#pragma unroll
-      for (int u = 0; u < U; ++u) d[u][p] = 0.0f, d[u][TP + p] = 0.0f;
-      if (p < t.T) {
+      if (p < t.T) {  // each position's key and query chunk loaded once for the U rows
         float kv[kVec], qv[kVec];
         load_f32<kVec>(s_k + p * ldk, kv);
         load_f32<kVec>(s_q + p * ldk, qv);
 #pragma unroll
         for (int u = 0; u < U; ++u)
 #pragma unroll
-          for (int k = 0; k < kVec; ++k) d[u][p] = fmaf(s[u][k], kv[k], d[u][p]), d[u][TP + p] = fmaf(s[u][k], qv[k], d[u][TP + p]);
+          for (int k = 0; k < kVec; ++k) {
+            d[u * 2 * TP + p] = fmaf(s[u][k], kv[k], d[u * 2 * TP + p]);
+            d[u * 2 * TP + TP + p] = fmaf(s[u][k], qv[k], d[u * 2 * TP + TP + p]);
+          }
       }
     }
+    const Scattered r = reduce_scatter<N, kL>(d, t.lanes);
+    if (r.owner) {
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const Scattered r = reduce_scatter<2 * TP>(d[u], t.lanes);
-      const int i = i0 + u * t.rows_per_pass + t.rsub;
-      if (r.owner && i < t.v_end) {
-#pragma unroll
-        for (int x = 0; x < 2 * TP; ++x) {
-          if (x >= r.count) break;
-          const int idx = r.first + x;
-          const int p = idx < TP ? idx : idx - TP;
-          if (p < t.T) (idx < TP ? s_sk : s_sq)[p * ldr + il[u]] = d[u][x];
-        }
+      for (int x = 0; x < N; ++x) {
+        if (x >= r.count) break;
+        const int idx = r.first + x, u = idx / (2 * TP), dot = idx % (2 * TP), p = dot % TP;
+        const int i = i0 + u * t.rows_per_pass + t.rsub;
+        if (p < t.T && i < t.v_end) (dot < TP ? s_sk : s_sq)[p * ldr + i - t.v_begin] = d[x];
       }
     }
   }
 }
 
 // CK: checkpoint type (the update copy when dual); RD: read-copy type, void when the checkpoint is shared.
-template <class A, class CK, class RD, int TP>
-__global__ void __launch_bounds__(kThreads) gdn_verify_kernel(GdnVerifyLaunch l, int vtiles) {
+// kK: kPresetK or 0 (K at run time, gdn_device.cuh).
+template <class A, class CK, class RD, int TP, int kK>
+__global__ void __launch_bounds__(kThreads, kVerifyMinBlocks<TP>) gdn_verify_kernel(GdnVerifyLaunch l, int vtiles) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   __shared__ int s_fill, s_base;
   const GdnStepArgs& a = l.step;
-  const int HK = a.dims.HK, HV = a.dims.HV, K = a.dims.K, V = a.dims.V, vpk = HV / HK, T = l.window;
+  const int HK = a.dims.HK, HV = a.dims.HV, K = kK > 0 ? kK : a.dims.K, V = a.dims.V, vpk = HV / HK, T = l.window;
   const int per_row = HV * vtiles;
   const int row = blockIdx.x / per_row;
   const int h = (blockIdx.x % per_row) / vtiles, tile = blockIdx.x % vtiles;
@@ -322,11 +354,11 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kernel(GdnVerifyLaunch l,
 #pragma unroll
       for (int p = 0; p < TP; ++p) {
         if (p < T) {
+          float kp[8], qp[8];
+          load_f32<8>(smem + L.off_k() + p * ldk + n, kp);
+          load_f32<8>(smem + L.off_q() + p * ldk + n, qp);
 #pragma unroll
-          for (int i = 0; i < 8; ++i) {
-            dd[p] = fmaf(b[i], smem[L.off_k() + p * ldk + n + i], dd[p]);
-            dd[TP + p] = fmaf(b[i], smem[L.off_q() + p * ldk + n + i], dd[TP + p]);
-          }
+          for (int i = 0; i < 8; ++i) dd[p] = fmaf(b[i], kp[i], dd[p]), dd[TP + p] = fmaf(b[i], qp[i], dd[TP + p]);
         }
       }
     }
@@ -396,16 +428,16 @@ __global__ void __launch_bounds__(kThreads) gdn_verify_kernel(GdnVerifyLaunch l,
     constexpr int kVec = StateVec<Src>::kVec;
     t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
     Src* src = static_cast<Src*>(kDual ? l.d_read : l.d_ckpt) + head_off + t.c * kVec;
-    verify_stream<Src, void, false, TP>(t, src, nullptr, smem, L);
+    verify_stream<Src, void, false, TP, kK / kVec>(t, src, nullptr, smem, L);
   } else {
     constexpr int kVec = StateVec<CK>::kVec;
     t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
     CK* ck = static_cast<CK*>(l.d_ckpt) + head_off + t.c * kVec;
     if constexpr (kDual) {
       RD* rd = static_cast<RD*>(l.d_read) + head_off + t.c * kVec;
-      verify_stream<CK, RD, true, TP>(t, ck, rd, smem, L);
+      verify_stream<CK, RD, true, TP, kK / kVec>(t, ck, rd, smem, L);
     } else {
-      verify_stream<CK, void, true, TP>(t, ck, nullptr, smem, L);
+      verify_stream<CK, void, true, TP, kK / kVec>(t, ck, nullptr, smem, L);
     }
   }
   __syncthreads();  // the dots of every row visible
@@ -462,7 +494,7 @@ void launch_verify(const GdnVerifyLaunch& l, int vtiles, cudaStream_t stream) {
   const size_t bytes = static_cast<size_t>(L.floats()) * sizeof(float);
   if (bytes > 227 * 1024)
     bad_launch(what, "shared memory of " + std::to_string(bytes) + " bytes exceeds the SM's 227 KiB (window, hist or K too large)");
-  auto kernel = gdn_verify_kernel<A, CK, RD, TP>;
+  auto kernel = l.step.dims.K == kPresetK ? gdn_verify_kernel<A, CK, RD, TP, kPresetK> : gdn_verify_kernel<A, CK, RD, TP, 0>;
   if (bytes > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(l, vtiles);
@@ -486,29 +518,22 @@ void dispatch_window(const GdnVerifyLaunch& l, int vtiles, cudaStream_t stream) 
 
 template <class A>
 void dispatch_verify_state(const GdnVerifyLaunch& l, int vtiles, cudaStream_t stream) {
-  if (l.dual) {
-    if (l.read_format == Format::BF16)
-      dispatch_window<A, float, __nv_bfloat16>(l, vtiles, stream);
-    else
-      dispatch_window<A, float, __half>(l, vtiles, stream);
-    return;
-  }
-  switch (l.ckpt_format) {
-    case Format::FP32: dispatch_window<A, float, void>(l, vtiles, stream); break;
-    case Format::BF16: dispatch_window<A, __nv_bfloat16, void>(l, vtiles, stream); break;
-    default: dispatch_window<A, __half, void>(l, vtiles, stream); break;
-  }
+  with_checkpoint_types(l.dual, l.ckpt_format, l.read_format, [&](auto ck, auto rd) {
+    dispatch_window<A, typename decltype(ck)::type, typename decltype(rd)::type>(l, vtiles, stream);
+  });
 }
 
 // ---- eager speculative baseline ----
 
-template <class S, class A, int TP>
-__global__ void __launch_bounds__(kThreads) gdn_eager_verify_kernel(GdnEagerVerifyLaunch l, int vtiles) {
+// kK: kPresetK or 0 (K at run time).
+template <class S, class A, int TP, int kK>
+__global__ void __launch_bounds__(kThreads, 8) gdn_eager_verify_kernel(GdnEagerVerifyLaunch l, int vtiles) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   constexpr int kVec = StateVec<S>::kVec;
   const GdnStepArgs& a = l.step;
-  const int HV = a.dims.HV, K = a.dims.K, V = a.dims.V, vpk = a.dims.HV / a.dims.HK, T = l.window;
+  constexpr int kL = kK / kVec;  // lanes of a row when K is fixed at compile time
+  const int HV = a.dims.HV, K = kK > 0 ? kK : a.dims.K, V = a.dims.V, vpk = a.dims.HV / a.dims.HK, T = l.window;
   const int per_row = HV * vtiles;
   const int row = blockIdx.x / per_row;
   const int h = (blockIdx.x % per_row) / vtiles, tile = blockIdx.x % vtiles;
@@ -528,25 +553,34 @@ __global__ void __launch_bounds__(kThreads) gdn_eager_verify_kernel(GdnEagerVeri
   float* s_k = s_q + T * ldk;        // [T][ldk]
   float* s_red = s_k + T * ldk;      // [2·kMaxSpecWindow][kWarps]
   float* s_gate = s_red + 2 * kMaxSpecWindow * kWarps;  // [2][kMaxSpecWindow]: α_s, β_s
+  float* s_v = s_gate + 2 * kMaxSpecWindow;              // [T][tile_rows]: v_s of the tile's rows
   if (static_cast<int>(threadIdx.x) < T) {
     const Gate gt = gate_of<A>(a, row * T + threadIdx.x, h);
     s_gate[threadIdx.x] = gt.alpha, s_gate[kMaxSpecWindow + threadIdx.x] = gt.beta;
+  }
+  const A* v = static_cast<const A*>(a.d_v) + static_cast<long long>(h) * V;
+  const long long vs = or_default(a.v_stride, static_cast<long long>(HV) * V);
+  // The tile's v for every position, staged once: in the stream a global load per (position, row) sat on the
+  // update's dependency chain.
+  for (int x = threadIdx.x; x < T * tile_rows; x += kThreads) {
+    const int p = x / tile_rows, i = v_begin + x % tile_rows;
+    s_v[x] = i < v_end ? to_f32(v[static_cast<long long>(row * T + p) * vs + i]) : 0.0f;
   }
   normalise_window<A, TP>(a, row, T, h / vpk, ldk, s_q, s_k, nullptr, s_red);  // ends in a barrier
 
   const int lanes = K / kVec, rows_per_pass = kThreads / lanes;
   const int c = threadIdx.x % lanes, rsub = threadIdx.x / lanes;
-  const A* v = static_cast<const A*>(a.d_v) + static_cast<long long>(h) * V;
-  const long long vs = or_default(a.v_stride, static_cast<long long>(HV) * V);
   const long long os = or_default(a.o_stride, static_cast<long long>(HV) * V);
   const bool o_bf16 = a.o_format == Format::BF16;
   const S* src = pool + cur * draft + c * kVec;
   for (int i0 = v_begin; i0 < v_end; i0 += span) {
     if (ahead > 0 && i0 != v_begin) prefetch_rows(pool + cur * draft, K, i0 + ahead - span, min(i0 + ahead, v_end));
     float s[kUnroll][kVec];
+    int il[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {  // every load of the batch before any store: draft d_cur is overwritten
       const int i = i0 + u * rows_per_pass + rsub;
+      il[u] = min(i, v_end - 1) - v_begin;
       if (i < v_end) {
         StateVec<S>::load(src + static_cast<long long>(i) * K, s[u]);
       } else {
@@ -560,24 +594,32 @@ __global__ void __launch_bounds__(kThreads) gdn_eager_verify_kernel(GdnEagerVeri
       load_f32<kVec>(s_q + p * ldk + c * kVec, qv);
       const float alpha = s_gate[p], beta = s_gate[kMaxSpecWindow + p];
       S* dst = pool + p * draft + c * kVec;
+      // The rows' dots reduced together (row_sums: each value's tree is row_sum's, gdn_eager_step's).
+      float dk[kUnroll], dq[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        dk[u] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) dk[u] = fmaf(s[u][e], kv[e], dk[u]);
+      }
+      row_sums<kUnroll, kL>(dk, lanes);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int i = i0 + u * rows_per_pass + rsub;
-        const float vv = i < v_end ? to_f32(v[static_cast<long long>(row * T + p) * vs + i]) : 0.0f;
-        float dk = 0.0f;
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) dk = fmaf(s[u][e], kv[e], dk);
-        dk = row_sum(dk, lanes);
-        const float upd = beta * (vv - alpha * dk);
+        const float upd = beta * (s_v[p * tile_rows + il[u]] - alpha * dk[u]);
 #pragma unroll
         for (int e = 0; e < kVec; ++e) s[u][e] = fmaf(alpha, s[u][e], upd * kv[e]);
         if (i < v_end) StateVec<S>::store(dst + static_cast<long long>(i) * K, s[u]);  // s now holds stored values
-        float dq = 0.0f;
+        dq[u] = 0.0f;
 #pragma unroll
-        for (int e = 0; e < kVec; ++e) dq = fmaf(s[u][e], qv[e], dq);
-        dq = row_sum(dq, lanes);
+        for (int e = 0; e < kVec; ++e) dq[u] = fmaf(s[u][e], qv[e], dq[u]);
+      }
+      row_sums<kUnroll, kL>(dq, lanes);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = i0 + u * rows_per_pass + rsub;
         if (c == 0 && i < v_end)
-          store_o(a.d_o, static_cast<long long>(row * T + p) * os + static_cast<long long>(h) * V + i, o_bf16, dq);
+          store_o(a.d_o, static_cast<long long>(row * T + p) * os + static_cast<long long>(h) * V + i, o_bf16, dq[u]);
       }
     }
   }
@@ -587,10 +629,12 @@ template <class S, class A, int TP>
 void launch_eager_verify(const GdnEagerVerifyLaunch& l, int vtiles, cudaStream_t stream) {
   const long long blocks = static_cast<long long>(l.step.batch) * l.step.dims.HV * vtiles;
   if (blocks > 0x7FFFFFFFLL) bad_launch("gdn_eager_verify", "batch · HV · tiles exceeds the grid limit");
-  const size_t bytes =
-      (2 * static_cast<size_t>(l.window) * up4(l.step.dims.K) + 2 * kMaxSpecWindow * kWarps + 2 * kMaxSpecWindow) *
-      sizeof(float);
-  auto kernel = gdn_eager_verify_kernel<S, A, TP>;
+  const size_t tile_rows = (l.step.dims.V + vtiles - 1) / vtiles;
+  const size_t bytes = (2 * static_cast<size_t>(l.window) * up4(l.step.dims.K) + 2 * kMaxSpecWindow * kWarps +
+                        2 * kMaxSpecWindow + l.window * tile_rows) *
+                       sizeof(float);
+  auto kernel = l.step.dims.K == kPresetK ? gdn_eager_verify_kernel<S, A, TP, kPresetK>
+                                          : gdn_eager_verify_kernel<S, A, TP, 0>;
   if (bytes > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(l, vtiles);
