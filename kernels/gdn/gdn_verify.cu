@@ -21,8 +21,9 @@
 // against every k_s and q_s (one warp per entry, the 2T sums reduced with one reduce_scatter), the weights W (one
 // thread per pair). Stream: the tile's checkpoint rows in batches of kVerifyUnroll rows a thread, each key/query chunk
 // loaded from shared memory once per batch and used for all its rows; the batch's U·2T dots reduced with one
-// reduce_scatter (K = 128 fixes the lane count at compile time) and left in shared memory. Substitution: one thread per state row, the committed ring terms, then
-// the T positions in order; it writes o_s and the ring's u. The per-position scalars and W live in shared memory.
+// reduce_scatter (K = 128 fixes the lane count at compile time) and left in shared memory. Substitution: one thread
+// per state row, the committed ring terms, then the T positions in order; it writes o_s and the ring's u. The
+// per-position scalars and W live in shared memory.
 // Writes of the ring (positions' entries only; no other CTA of the launch reads them): u rows by the tile that owns
 // them, k_s by tile 0 of the first value head of the key group, G_s by tile 0 of the head.
 //
@@ -525,7 +526,8 @@ void dispatch_verify_state(const GdnVerifyLaunch& l, int vtiles, cudaStream_t st
 
 // ---- eager speculative baseline ----
 
-// kK: kPresetK or 0 (K at run time).
+// kK: kPresetK or 0 (K at run time). Capped at 64 registers (8 CTAs per SM; ptxas took 72 with K fixed): neutral,
+// 771 µs against 765-774 for the uncapped run-time-K kernel at batch 256, T = 4 (benchmarks/experiments, v2-v4).
 template <class S, class A, int TP, int kK>
 __global__ void __launch_bounds__(kThreads, 8) gdn_eager_verify_kernel(GdnEagerVerifyLaunch l, int vtiles) {
   extern __shared__ float4 smem4[];
