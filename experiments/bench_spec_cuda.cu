@@ -7,13 +7,14 @@
 // issue 12's targets, which it prints as a table at the end. Not a correctness test (tests/gpu/ is).
 //
 //   bench_spec_cuda [--only=mamba2|gdn] [--mamba2-preset=NAME] [--gdn-preset=NAME] [--p=0.7] [--verify-heads=N]
-//                   [--smoke] [--once] [google benchmark flags]
+//                   [--gdn-l2-ahead=N] [--smoke] [--once] [google benchmark flags]
 //     --only    one family (default both: Nemotron-3 Super-120B Mamba-2 and Qwen3.5-4B GDN)
 //     --p       per-draft acceptance probability of the amortised figures (default 0.7)
 //     --smoke   a few tiny cases (batch 1 and 3, T 2 and 4), one repetition (ctest); exits 0 without a GPU
 //     --once    one iteration of one repetition per case (for ncu: few launches to replay)
 //     --verify-heads  Mamba2VerifyLaunch::heads_per_cta of the Mamba-2 verify (default 0: the launcher's pick, the
 //               grouped kernel at serving batches; 1: the per-head kernel)
+//     --gdn-l2-ahead  GdnVerifyLaunch::l2_ahead of the GDN verify (default: the struct's, 0; -1: whole tiles)
 //   The Mamba-2 standard replay step is the kernel the cuda decoder runs: the grouped one wherever it accepts the
 //   launch (mamba2_grouped_accepts), else the per-head one.
 //   JSON: --benchmark_out=FILE --benchmark_out_format=json (context: GPU, date, driver, git commit, ceilings,
@@ -60,6 +61,7 @@ struct Options {
   double p = 0.7;
   int interval = 16;
   int verify_heads = 0;
+  int gdn_l2_ahead = GdnVerifyLaunch{}.l2_ahead;
   bool smoke = false, once = false;
 };
 Options g_opt;
@@ -477,6 +479,7 @@ void bm_gdn(benchmark::State& st, Config c) {
   lv.step = a, lv.window = T, lv.interval = KI, lv.hist = hist, lv.capacity = cap;
   lv.ckpt_format = Format::FP32, lv.d_ckpt = ck.p;
   lv.d_ring_u = ru.p, lv.d_ring_k = rk.p, lv.d_ring_G = rG.p, lv.d_fill = spec_fill.p, lv.d_base = base.p;
+  lv.l2_ahead = g_opt.gdn_l2_ahead;
   GdnEagerVerifyLaunch le;
   le.step = a, le.window = T, le.state_format = Format::FP32, le.d_state = drafts.p, le.d_cur = cur.p;
   GdnReplayLaunch lr;  // inner route: the one the verify uses
@@ -633,6 +636,7 @@ int main(int argc, char** argv) {
     else if (a == "--smoke") g_opt.smoke = true;
     else if (a == "--once") g_opt.once = true;
     else if (a.rfind("--verify-heads=", 0) == 0) g_opt.verify_heads = std::atoi(a.c_str() + 15);
+    else if (a.rfind("--gdn-l2-ahead=", 0) == 0) g_opt.gdn_l2_ahead = std::atoi(a.c_str() + 15);
     else rest.push_back(argv[i]);
   }
   if (!g_opt.only.empty() && g_opt.only != "mamba2" && g_opt.only != "gdn") {
@@ -641,6 +645,10 @@ int main(int argc, char** argv) {
   }
   if (g_opt.verify_heads < 0 || g_opt.verify_heads > 16) {
     std::fprintf(stderr, "bench_spec_cuda: --verify-heads must be 0 (the launcher's pick) .. 16\n");
+    return 2;
+  }
+  if (g_opt.gdn_l2_ahead < -1 || g_opt.gdn_l2_ahead > 64) {
+    std::fprintf(stderr, "bench_spec_cuda: --gdn-l2-ahead must be -1 (whole tiles) .. 64\n");
     return 2;
   }
   if (!(g_opt.p >= 0 && g_opt.p <= 1)) {
@@ -681,6 +689,7 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("mamba2_verify_heads_per_cta",
                                 g_opt.verify_heads == 0 ? "launcher's pick" : std::to_string(g_opt.verify_heads));
     benchmark::AddCustomContext("mamba2_standard_step", "grouped where mamba2_grouped_accepts, else per-head");
+    benchmark::AddCustomContext("gdn_verify_l2_ahead", std::to_string(g_opt.gdn_l2_ahead));
     benchmark::AddCustomContext("hist", "interval + T");
     benchmark::AddCustomContext("p", std::to_string(g_opt.p));
     benchmark::AddCustomContext("nonflush_fill", std::to_string(kNonflushFill));
