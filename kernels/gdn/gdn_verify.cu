@@ -55,21 +55,12 @@ __host__ __device__ inline int max_committed(int window, int interval, int hist)
   return window + (keep > 0 ? keep : 0);
 }
 
-// Virtual lanes of the verify stream. gdn_replay_step reduces a row's dots over kL lanes (kVec elements each; 32
-// for an fp32 checkpoint at K = 128) with row_sum's tree. Here a thread holds kF of those lanes, virtual lane c + j·R
-// for j < kF (R = kL / kF real lanes per row), so the tree's top log2(kF) levels are in-thread additions and only
-// its last log2(R) levels are shuffles. The additions are the tree's own, in its pairing (IEEE addition commutes), so
-// each dot equals gdn_replay_step's bit for bit. Only where K is fixed at compile time (kL > 0), and up to T = 4: a
-// row's kF·2T partial sums stay in registers.
-template <int TP, int kL>
-constexpr int kVerifyFold = kL >= 16 && TP <= 4 ? kL / 8 : 1;
-// Rows in flight per thread in the verify stream. Unfolded (kF = 1): the batch's 2T dots per row are reduced
-// together, and U·2T = 16 values over a 32-lane row leave each lane at most one complete sum to store: no loop over a
-// run-time count, and 16 dot registers. Fewer registers also raise occupancy: at U = 4 (T = 4: 122 registers, 4 CTAs
-// per SM) the stream spent 145 instructions per state row, 32 of them the dots' FMAs (ncu source counters, H200).
-// Folded: one row a thread (kF·2T partial sums per row already), two at T = 1.
-template <int TP, int kF>
-constexpr int kVerifyUnroll = kF > 1 ? (TP == 1 ? 2 : 1) : 2 * TP >= 16 ? 1 : 2 * TP >= 4 ? 16 / (2 * TP) : 4;
+// Rows in flight per thread in the verify stream. The batch's 2T dots per row are reduced together, and U·2T = 16
+// values over a 32-lane row leave each lane at most one complete sum to store: no loop over a run-time count, and
+// 16 dot registers. Fewer registers also raise occupancy: at U = 4 (T = 4: 122 registers, 4 CTAs per SM) the stream
+// spent 145 instructions per state row, 32 of them the dots' FMAs (ncu source counters, H200).
+template <int TP>
+constexpr int kVerifyUnroll = 2 * TP >= 16 ? 1 : 2 * TP >= 4 ? 16 / (2 * TP) : 4;
 // Whether the stream loads the next batch of rows before this batch's arithmetic, and the resident CTAs per SM the
 // kernel's registers are capped for (0: ptxas's choice). bench_spec_cuda on the H200, fp32 checkpoint, batch 256:
 // T <= 4 runs best as ptxas builds it without the look-ahead (72-80 registers, 6-7 CTAs; the look-ahead or a cap
@@ -171,26 +162,14 @@ struct VerifyCtx {
   float dflush;  // e^{G_{h−1}} of the deferred flush
 };
 
-// Real lanes of a row in the verify stream for state type T at window TP (kK: the kernel's fixed K or 0), and the
-// thread's place: chunk c of a row (virtual lanes c + j·lanes, j < kVerifyFold), row rsub of a pass.
-template <class T, int TP, int kK>
-__device__ inline void verify_lanes(VerifyCtx& t, int K, int tid) {
-  constexpr int kVec = StateVec<T>::kVec;
-  t.lanes = K / kVec / kVerifyFold<TP, kK / kVec>;
-  t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
-}
-
 // The stream phase: the CTA's tile of `src` read once; a flushing CTA (kFlush) first folds the committed entries
 // into it and writes it back (dual: also the read copy rd); then the 2T dots of each row go to shared memory.
-// kL: virtual lanes of a row when K is fixed at compile time (the kernel's kK / kVec), else 0. src, rd and the key
-// rows are offset by the thread's first chunk (t.c·kVec); chunk j sits j·t.lanes·kVec elements further.
+// kL: lanes of a row when K is fixed at compile time (the kernel's kK), else 0.
 template <class T, class R, bool kFlush, int TP, int kL>
 __device__ void verify_stream(const VerifyCtx& t, T* src, R* rd, float* smem, const VerifySmem& L) {
   constexpr int kVec = StateVec<T>::kVec;
-  constexpr int F = kVerifyFold<TP, kL>;
-  constexpr int U = kVerifyUnroll<TP, F>;
-  constexpr int kR = kL / F;  // real lanes of a row at compile time (0: t.lanes)
-  const int ldk = L.ldk(), ldr = L.ldr(), cs = (kR > 0 ? kR : t.lanes) * kVec;
+  constexpr int U = kVerifyUnroll<TP>;
+  const int ldk = L.ldk(), ldr = L.ldr();
   const float* s_q = smem + L.off_q() + t.c * kVec;
   const float* s_k = smem + L.off_k() + t.c * kVec;
   const float* s_keys = smem + L.off_keys() + t.c * kVec;
@@ -201,36 +180,31 @@ __device__ void verify_stream(const VerifyCtx& t, T* src, R* rd, float* smem, co
   const int ahead = t.l2_ahead >= 0 ? (t.l2_ahead + 2) * span : 0;  // the prefetch window's end, rows past i0
   // With the look-ahead (kVerifyLookAhead) the next batch's rows are loaded before this batch's arithmetic, so the
   // state loads stay in flight under the dots and their reduction.
-  uint4 next[U][F];
+  uint4 next[U];
   const auto load_batch = [&](int b0) {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int i = b0 + u * t.rows_per_pass + t.rsub;
-#pragma unroll
-      for (int j = 0; j < F; ++j)
-        next[u][j] = i < t.v_end ? __ldcs(reinterpret_cast<const uint4*>(src + static_cast<long long>(i) * t.K + j * cs))
-                                 : make_uint4(0, 0, 0, 0);
+      next[u] = i < t.v_end ? __ldcs(reinterpret_cast<const uint4*>(src + static_cast<long long>(i) * t.K))
+                            : make_uint4(0, 0, 0, 0);
     }
   };
   if constexpr (kVerifyLookAhead<TP>) load_batch(t.v_begin);
   for (int i0 = t.v_begin; i0 < t.v_end; i0 += span) {
     if (ahead > 0 && i0 != t.v_begin) prefetch_rows(src - t.c * kVec, t.K, i0 + ahead - span, min(i0 + ahead, t.v_end));
-    float s[U][F][kVec];
+    float s[U][kVec];
     int il[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {  // rows past the tile read as zeros; their results are dropped
       const int i = i0 + u * t.rows_per_pass + t.rsub;
       il[u] = min(i, t.v_end - 1) - t.v_begin;
+      if constexpr (kVerifyLookAhead<TP>) {
+        StateVec<T>::unpack(next[u], s[u]);
+      } else if (i < t.v_end) {  // every load of the batch first: U independent 16-byte loads in flight
+        StateVec<T>::load(src + static_cast<long long>(i) * t.K, s[u]);
+      } else {
 #pragma unroll
-      for (int j = 0; j < F; ++j) {
-        if constexpr (kVerifyLookAhead<TP>) {
-          StateVec<T>::unpack(next[u][j], s[u][j]);
-        } else if (i < t.v_end) {  // every load of the batch first: U·F independent 16-byte loads in flight
-          StateVec<T>::load(src + static_cast<long long>(i) * t.K + j * cs, s[u][j]);
-        } else {
-#pragma unroll
-          for (int k = 0; k < kVec; ++k) s[u][j][k] = 0.0f;
-        }
+        for (int k = 0; k < kVec; ++k) s[u][k] = 0.0f;
       }
     }
     if constexpr (kVerifyLookAhead<TP>)
@@ -239,96 +213,52 @@ __device__ void verify_stream(const VerifyCtx& t, T* src, R* rd, float* smem, co
 #pragma unroll
       for (int u = 0; u < U; ++u)
 #pragma unroll
-        for (int j = 0; j < F; ++j)
-#pragma unroll
-          for (int k = 0; k < kVec; ++k) s[u][j][k] *= t.dflush;
+        for (int k = 0; k < kVec; ++k) s[u][k] *= t.dflush;
       for (int e = 0; e < t.hc; ++e) {
+        float key[kVec];
+        load_f32<kVec>(s_keys + e * ldk, key);
 #pragma unroll
-        for (int j = 0; j < F; ++j) {
-          float key[kVec];
-          load_f32<kVec>(s_keys + e * ldk + j * cs, key);
+        for (int u = 0; u < U; ++u) {
+          const float w = s_uw[e * L.rows + il[u]];
 #pragma unroll
-          for (int u = 0; u < U; ++u) {
-            const float w = s_uw[e * L.rows + il[u]];
-#pragma unroll
-            for (int k = 0; k < kVec; ++k) s[u][j][k] = fmaf(w, key[k], s[u][j][k]);
-          }
+          for (int k = 0; k < kVec; ++k) s[u][k] = fmaf(w, key[k], s[u][k]);
         }
       }
 #pragma unroll
       for (int u = 0; u < U; ++u) {
         const int i = i0 + u * t.rows_per_pass + t.rsub;
-#pragma unroll
-        for (int j = 0; j < F; ++j) {
-          if (i < t.v_end) {
-            StateVec<T>::store(src + static_cast<long long>(i) * t.K + j * cs, s[u][j]);  // s: the stored values now
-            if constexpr (!std::is_void<R>::value) {
-              static_assert(kVec == 4, "dual read copies are written from an fp32 update copy");
-              store_narrow4(rd + static_cast<long long>(i) * t.K + j * cs, s[u][j]);
-            }
+        if (i < t.v_end) {
+          StateVec<T>::store(src + static_cast<long long>(i) * t.K, s[u]);  // s now holds the stored values
+          if constexpr (!std::is_void<R>::value) {
+            static_assert(kVec == 4, "dual read copies are written from an fp32 update copy");
+            store_narrow4(rd + static_cast<long long>(i) * t.K, s[u]);
           }
-          if constexpr (!std::is_void<R>::value) round_narrow4<R>(s[u][j]);  // the window reads the read copy's values
         }
+        if constexpr (!std::is_void<R>::value) round_narrow4<R>(s[u]);  // the window reads the read copy's values
       }
     }
-    // The 2T dots of each row (dot x < T against k_x, x >= T against q_{x−T}) over virtual lane j, each key and
-    // query chunk loaded once for the U rows.
-    const auto partial = [&](int j, float (&acc)[U][2 * TP]) {
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int x = 0; x < 2 * TP; ++x) acc[u][x] = 0.0f;
-#pragma unroll
-      for (int p = 0; p < TP; ++p) {
-        if (p < t.T) {
-          float kv[kVec], qv[kVec];
-          load_f32<kVec>(s_k + p * ldk + j * cs, kv);
-          load_f32<kVec>(s_q + p * ldk + j * cs, qv);
-#pragma unroll
-          for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int k = 0; k < kVec; ++k) {
-              acc[u][p] = fmaf(s[u][j][k], kv[k], acc[u][p]);
-              acc[u][TP + p] = fmaf(s[u][j][k], qv[k], acc[u][TP + p]);
-            }
-        }
-      }
-    };
-    const auto add = [&](float (&to)[U][2 * TP], const float (&from)[U][2 * TP]) {
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-#pragma unroll
-        for (int x = 0; x < 2 * TP; ++x) to[u][x] += from[u][x];
-    };
-    // row_sum's top levels in the thread, in the tree's pairing: virtual offset jo·R pairs lane j with j + jo, so at
-    // kF = 4 the sum is (p0 + p2) + (p1 + p3); each pair is added as soon as it is complete.
-    static_assert(F == 1 || F == 2 || F == 4, "virtual lanes per thread: 1, 2 or 4");
-    float acc[U][2 * TP];
-    partial(0, acc);
-    if constexpr (F >= 2) {
-      float b[U][2 * TP];
-      if constexpr (F == 4) {
-        partial(2, b);
-        add(acc, b);
-        float c[U][2 * TP], e[U][2 * TP];
-        partial(1, c);
-        partial(3, e);
-        add(c, e);
-        add(acc, c);
-      } else {
-        partial(1, b);
-        add(acc, b);
-      }
-    }
-    // The batch's rows reduced together over the real lanes (value u·2T + x: row u, dot x): each value's additions
-    // are row_sum's tree.
+    // The 2T dots of each row, the batch's rows reduced together (value u·2T + x: row u, dot x; x < T against k_x,
+    // x >= T against q_{x−T}): each value's additions are row_sum's tree, as gdn_replay_step's.
     constexpr int N = U * 2 * TP;
     float d[N];
 #pragma unroll
-    for (int u = 0; u < U; ++u)
+    for (int x = 0; x < N; ++x) d[x] = 0.0f;
 #pragma unroll
-      for (int x = 0; x < 2 * TP; ++x) d[u * 2 * TP + x] = acc[u][x];
-    const Scattered r = reduce_scatter<N, kR>(d, t.lanes);
+    for (int p = 0; p < TP; ++p) {
+      if (p < t.T) {  // each position's key and query chunk loaded once for the U rows
+        float kv[kVec], qv[kVec];
+        load_f32<kVec>(s_k + p * ldk, kv);
+        load_f32<kVec>(s_q + p * ldk, qv);
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+          for (int k = 0; k < kVec; ++k) {
+            d[u * 2 * TP + p] = fmaf(s[u][k], kv[k], d[u * 2 * TP + p]);
+            d[u * 2 * TP + TP + p] = fmaf(s[u][k], qv[k], d[u * 2 * TP + TP + p]);
+          }
+      }
+    }
+    const Scattered r = reduce_scatter<N, kL>(d, t.lanes);
     if (r.owner) {
 #pragma unroll
       for (int x = 0; x < N; ++x) {
@@ -367,8 +297,7 @@ __global__ void __launch_bounds__(kThreads, kVerifyMinBlocks<TP>) gdn_verify_ker
     // The tile's first chunks (l2_ahead < 0: all of it) on their way into L2 while the prologue runs its chain of
     // dependent small loads; the stream prefetches the rest as it goes (a hint: a dual flushing window streams the
     // update copy instead).
-    constexpr int kL = kK / StateVec<Src>::kVec, kF = kVerifyFold<TP, kL>;
-    const int span = kThreads / (K / StateVec<Src>::kVec / kF) * kVerifyUnroll<TP, kF>;
+    const int span = kThreads / (K / StateVec<Src>::kVec) * kVerifyUnroll<TP>;
     const int end = l.l2_ahead < 0 ? v_end : min(v_end, v_begin + (l.l2_ahead + 2) * span);
     prefetch_rows(static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) + head_off, K, v_begin, end);
   }
@@ -498,12 +427,12 @@ __global__ void __launch_bounds__(kThreads, kVerifyMinBlocks<TP>) gdn_verify_ker
   t.v_begin = v_begin, t.v_end = v_end, t.dflush = dflush, t.l2_ahead = l.l2_ahead;
   if (!flush) {
     constexpr int kVec = StateVec<Src>::kVec;
-    verify_lanes<Src, TP, kK>(t, K, tid);
+    t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
     Src* src = static_cast<Src*>(kDual ? l.d_read : l.d_ckpt) + head_off + t.c * kVec;
     verify_stream<Src, void, false, TP, kK / kVec>(t, src, nullptr, smem, L);
   } else {
     constexpr int kVec = StateVec<CK>::kVec;
-    verify_lanes<CK, TP, kK>(t, K, tid);
+    t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
     CK* ck = static_cast<CK*>(l.d_ckpt) + head_off + t.c * kVec;
     if constexpr (kDual) {
       RD* rd = static_cast<RD*>(l.d_read) + head_off + t.c * kVec;
