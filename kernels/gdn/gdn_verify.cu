@@ -66,17 +66,10 @@ constexpr int kVerifyUnroll = 2 * TP >= 16 ? 1 : 2 * TP >= 4 ? 16 / (2 * TP) : 4
 // T <= 4 runs best as ptxas builds it without the look-ahead (72-80 registers, 6-7 CTAs; the look-ahead or a cap
 // cost 2-12%); T = 8 held 126 registers (4 CTAs) and gains 7-10% from 96 (5 CTAs, the shared-memory limit there)
 // with the look-ahead.
-#ifndef RSSM_VERIFY_MINB
-#define RSSM_VERIFY_MINB 0
-#endif
 template <int TP>
-constexpr int kVerifyMinBlocks = TP <= 4 ? RSSM_VERIFY_MINB : TP == 8 ? 5 : 4;
+constexpr int kVerifyMinBlocks = TP <= 4 ? 0 : TP == 8 ? 5 : 4;
 template <int TP>
 constexpr bool kVerifyLookAhead = TP >= 8;
-#ifndef RSSM_VERIFY_KEY_REGS
-#define RSSM_VERIFY_KEY_REGS 32
-#endif
-constexpr int kVerifyKeyRegs = RSSM_VERIFY_KEY_REGS;
 
 // Window shared memory, in floats. Regions holding keys start on 16-byte boundaries (read as float4).
 struct VerifySmem {
@@ -196,22 +189,6 @@ __device__ void verify_stream(const VerifyCtx& t, T* src, R* rd, float* smem, co
                             : make_uint4(0, 0, 0, 0);
     }
   };
-  // The lane's chunks of k_s and q_s are the same for every row of the tile: held in registers where they fit,
-  // else read from shared memory once per batch.
-  constexpr bool kRegs = 2 * TP * kVec <= kVerifyKeyRegs;
-  float kq[kRegs ? 2 * TP : 1][kVec];
-  if constexpr (kRegs) {
-#pragma unroll
-    for (int p = 0; p < TP; ++p) {
-      if (p < t.T) {
-        load_f32<kVec>(s_k + p * ldk, kq[p]);
-        load_f32<kVec>(s_q + p * ldk, kq[TP + p]);
-      } else {
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) kq[p][k] = 0.0f, kq[TP + p][k] = 0.0f;
-      }
-    }
-  }
   if constexpr (kVerifyLookAhead<TP>) load_batch(t.v_begin);
   for (int i0 = t.v_begin; i0 < t.v_end; i0 += span) {
     if (ahead > 0 && i0 != t.v_begin) prefetch_rows(src - t.c * kVec, t.K, i0 + ahead - span, min(i0 + ahead, t.v_end));
@@ -270,13 +247,8 @@ __device__ void verify_stream(const VerifyCtx& t, T* src, R* rd, float* smem, co
     for (int p = 0; p < TP; ++p) {
       if (p < t.T) {  // each position's key and query chunk loaded once for the U rows
         float kv[kVec], qv[kVec];
-        if constexpr (kRegs) {
-#pragma unroll
-          for (int k = 0; k < kVec; ++k) kv[k] = kq[p][k], qv[k] = kq[TP + p][k];
-        } else {
-          load_f32<kVec>(s_k + p * ldk, kv);
-          load_f32<kVec>(s_q + p * ldk, qv);
-        }
+        load_f32<kVec>(s_k + p * ldk, kv);
+        load_f32<kVec>(s_q + p * ldk, qv);
 #pragma unroll
         for (int u = 0; u < U; ++u)
 #pragma unroll
