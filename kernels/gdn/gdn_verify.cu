@@ -61,16 +61,6 @@ __host__ __device__ inline int max_committed(int window, int interval, int hist)
 // spent 145 instructions per state row, 32 of them the dots' FMAs (ncu source counters, H200).
 template <int TP>
 constexpr int kVerifyUnroll = 2 * TP >= 16 ? 1 : 2 * TP >= 4 ? 16 / (2 * TP) : 4;
-// Groups of kVerifyUnroll rows whose state loads a thread issues together (each group's dots reduced on their own).
-// The stream waits on its loads: at U rows a thread, 6 CTAs per SM keep 6·128·U·16 bytes in flight, and U halves
-// as T doubles, which is what made the verify's cost grow with T.
-#ifndef RSSM_VERIFY_GROUPS
-#define RSSM_VERIFY_GROUPS 2
-#endif
-template <int TP>
-constexpr int kVerifyGroups = TP <= 4 ? RSSM_VERIFY_GROUPS : 1;
-template <int TP>
-constexpr int kVerifyRows = kVerifyUnroll<TP> * kVerifyGroups<TP>;  // rows a thread loads per batch
 // Whether the stream loads the next batch of rows before this batch's arithmetic, and the resident CTAs per SM the
 // kernel's registers are capped for (0: ptxas's choice). bench_spec_cuda on the H200, fp32 checkpoint, batch 256:
 // T <= 4 runs best as ptxas builds it without the look-ahead (72-80 registers, 6-7 CTAs; the look-ahead or a cap
@@ -178,7 +168,7 @@ struct VerifyCtx {
 template <class T, class R, bool kFlush, int TP, int kL>
 __device__ void verify_stream(const VerifyCtx& t, T* src, R* rd, float* smem, const VerifySmem& L) {
   constexpr int kVec = StateVec<T>::kVec;
-  constexpr int U = kVerifyUnroll<TP>, UL = kVerifyRows<TP>;
+  constexpr int U = kVerifyUnroll<TP>;
   const int ldk = L.ldk(), ldr = L.ldr();
   const float* s_q = smem + L.off_q() + t.c * kVec;
   const float* s_k = smem + L.off_k() + t.c * kVec;
@@ -186,14 +176,14 @@ __device__ void verify_stream(const VerifyCtx& t, T* src, R* rd, float* smem, co
   const float* s_uw = smem + L.off_uw();
   float* s_sk = smem + L.off_sk();
   float* s_sq = smem + L.off_sq();
-  const int span = t.rows_per_pass * UL;
+  const int span = t.rows_per_pass * U;
   const int ahead = t.l2_ahead >= 0 ? (t.l2_ahead + 2) * span : 0;  // the prefetch window's end, rows past i0
   // With the look-ahead (kVerifyLookAhead) the next batch's rows are loaded before this batch's arithmetic, so the
   // state loads stay in flight under the dots and their reduction.
-  uint4 next[UL];
+  uint4 next[U];
   const auto load_batch = [&](int b0) {
 #pragma unroll
-    for (int u = 0; u < UL; ++u) {
+    for (int u = 0; u < U; ++u) {
       const int i = b0 + u * t.rows_per_pass + t.rsub;
       next[u] = i < t.v_end ? __ldcs(reinterpret_cast<const uint4*>(src + static_cast<long long>(i) * t.K))
                             : make_uint4(0, 0, 0, 0);
@@ -202,15 +192,15 @@ __device__ void verify_stream(const VerifyCtx& t, T* src, R* rd, float* smem, co
   if constexpr (kVerifyLookAhead<TP>) load_batch(t.v_begin);
   for (int i0 = t.v_begin; i0 < t.v_end; i0 += span) {
     if (ahead > 0 && i0 != t.v_begin) prefetch_rows(src - t.c * kVec, t.K, i0 + ahead - span, min(i0 + ahead, t.v_end));
-    float s[UL][kVec];
-    int il[UL];
+    float s[U][kVec];
+    int il[U];
 #pragma unroll
-    for (int u = 0; u < UL; ++u) {  // rows past the tile read as zeros; their results are dropped
+    for (int u = 0; u < U; ++u) {  // rows past the tile read as zeros; their results are dropped
       const int i = i0 + u * t.rows_per_pass + t.rsub;
       il[u] = min(i, t.v_end - 1) - t.v_begin;
       if constexpr (kVerifyLookAhead<TP>) {
         StateVec<T>::unpack(next[u], s[u]);
-      } else if (i < t.v_end) {  // every load of the batch first: UL independent 16-byte loads in flight
+      } else if (i < t.v_end) {  // every load of the batch first: U independent 16-byte loads in flight
         StateVec<T>::load(src + static_cast<long long>(i) * t.K, s[u]);
       } else {
 #pragma unroll
@@ -221,21 +211,21 @@ __device__ void verify_stream(const VerifyCtx& t, T* src, R* rd, float* smem, co
       if (i0 + span < t.v_end) load_batch(i0 + span);
     if constexpr (kFlush) {  // S_c <- e^{G_{h−1}}·S_c + Σ_e (e^{G_{h−1}−G_e}·u_e[i])·k_e, e in order
 #pragma unroll
-      for (int u = 0; u < UL; ++u)
+      for (int u = 0; u < U; ++u)
 #pragma unroll
         for (int k = 0; k < kVec; ++k) s[u][k] *= t.dflush;
       for (int e = 0; e < t.hc; ++e) {
         float key[kVec];
         load_f32<kVec>(s_keys + e * ldk, key);
 #pragma unroll
-        for (int u = 0; u < UL; ++u) {
+        for (int u = 0; u < U; ++u) {
           const float w = s_uw[e * L.rows + il[u]];
 #pragma unroll
           for (int k = 0; k < kVec; ++k) s[u][k] = fmaf(w, key[k], s[u][k]);
         }
       }
 #pragma unroll
-      for (int u = 0; u < UL; ++u) {
+      for (int u = 0; u < U; ++u) {
         const int i = i0 + u * t.rows_per_pass + t.rsub;
         if (i < t.v_end) {
           StateVec<T>::store(src + static_cast<long long>(i) * t.K, s[u]);  // s now holds the stored values
@@ -247,38 +237,35 @@ __device__ void verify_stream(const VerifyCtx& t, T* src, R* rd, float* smem, co
         if constexpr (!std::is_void<R>::value) round_narrow4<R>(s[u]);  // the window reads the read copy's values
       }
     }
-    // The 2T dots of each row, each group's U rows reduced together (value u·2T + x: row g·U + u, dot x; x < T
-    // against k_x, x >= T against q_{x−T}): each value's additions are row_sum's tree, as gdn_replay_step's.
+    // The 2T dots of each row, the batch's rows reduced together (value u·2T + x: row u, dot x; x < T against k_x,
+    // x >= T against q_{x−T}): each value's additions are row_sum's tree, as gdn_replay_step's.
     constexpr int N = U * 2 * TP;
+    float d[N];
 #pragma unroll
-    for (int g = 0; g < UL / U; ++g) {
-      float d[N];
+    for (int x = 0; x < N; ++x) d[x] = 0.0f;
 #pragma unroll
-      for (int x = 0; x < N; ++x) d[x] = 0.0f;
+    for (int p = 0; p < TP; ++p) {
+      if (p < t.T) {  // each position's key and query chunk loaded once for the U rows
+        float kv[kVec], qv[kVec];
+        load_f32<kVec>(s_k + p * ldk, kv);
+        load_f32<kVec>(s_q + p * ldk, qv);
 #pragma unroll
-      for (int p = 0; p < TP; ++p) {
-        if (p < t.T) {  // each position's key and query chunk loaded once for the U rows
-          float kv[kVec], qv[kVec];
-          load_f32<kVec>(s_k + p * ldk, kv);
-          load_f32<kVec>(s_q + p * ldk, qv);
+        for (int u = 0; u < U; ++u)
 #pragma unroll
-          for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int k = 0; k < kVec; ++k) {
-              d[u * 2 * TP + p] = fmaf(s[g * U + u][k], kv[k], d[u * 2 * TP + p]);
-              d[u * 2 * TP + TP + p] = fmaf(s[g * U + u][k], qv[k], d[u * 2 * TP + TP + p]);
-            }
-        }
+          for (int k = 0; k < kVec; ++k) {
+            d[u * 2 * TP + p] = fmaf(s[u][k], kv[k], d[u * 2 * TP + p]);
+            d[u * 2 * TP + TP + p] = fmaf(s[u][k], qv[k], d[u * 2 * TP + TP + p]);
+          }
       }
-      const Scattered r = reduce_scatter<N, kL>(d, t.lanes);
-      if (r.owner) {
+    }
+    const Scattered r = reduce_scatter<N, kL>(d, t.lanes);
+    if (r.owner) {
 #pragma unroll
-        for (int x = 0; x < N; ++x) {
-          if (x >= r.count) break;
-          const int idx = r.first + x, u = g * U + idx / (2 * TP), dot = idx % (2 * TP), p = dot % TP;
-          const int i = i0 + u * t.rows_per_pass + t.rsub;
-          if (p < t.T && i < t.v_end) (dot < TP ? s_sk : s_sq)[p * ldr + i - t.v_begin] = d[x];
-        }
+      for (int x = 0; x < N; ++x) {
+        if (x >= r.count) break;
+        const int idx = r.first + x, u = idx / (2 * TP), dot = idx % (2 * TP), p = dot % TP;
+        const int i = i0 + u * t.rows_per_pass + t.rsub;
+        if (p < t.T && i < t.v_end) (dot < TP ? s_sk : s_sq)[p * ldr + i - t.v_begin] = d[x];
       }
     }
   }
@@ -310,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, kVerifyMinBlocks<TP>) gdn_verify_ker
     // The tile's first chunks (l2_ahead < 0: all of it) on their way into L2 while the prologue runs its chain of
     // dependent small loads; the stream prefetches the rest as it goes (a hint: a dual flushing window streams the
     // update copy instead).
-    const int span = kThreads / (K / StateVec<Src>::kVec) * kVerifyRows<TP>;
+    const int span = kThreads / (K / StateVec<Src>::kVec) * kVerifyUnroll<TP>;
     const int end = l.l2_ahead < 0 ? v_end : min(v_end, v_begin + (l.l2_ahead + 2) * span);
     prefetch_rows(static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) + head_off, K, v_begin, end);
   }
