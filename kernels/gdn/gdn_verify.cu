@@ -47,8 +47,6 @@ namespace gdn {
 namespace {
 
 __host__ __device__ inline int up4(int n) { return (n + 3) & ~3; }
-// reduce_scatter takes a power of two of values: a window's 2T dots (T = 6: 12) padded with zeros.
-__host__ __device__ constexpr int pow2_at_least(int n) { return n <= 1 ? 1 : 2 * pow2_at_least((n + 1) / 2); }
 
 // Largest number of committed entries a verify can see: a window starts from h = 0 (then commits <= T) or from a
 // non-flushing h (h < interval, h + 2T <= hist).
@@ -69,7 +67,7 @@ constexpr int kVerifyUnroll = 2 * TP >= 16 ? 1 : 2 * TP >= 4 ? 16 / (2 * TP) : 4
 // cost 2-12%); T = 8 held 126 registers (4 CTAs) and gains 7-10% from 96 (5 CTAs, the shared-memory limit there)
 // with the look-ahead.
 template <int TP>
-constexpr int kVerifyMinBlocks = TP <= 6 ? 0 : TP == 8 ? 5 : 4;
+constexpr int kVerifyMinBlocks = TP <= 4 ? 0 : TP == 8 ? 5 : 4;
 template <int TP>
 constexpr bool kVerifyLookAhead = TP >= 8;
 
@@ -118,8 +116,7 @@ __device__ void normalise_window(const GdnStepArgs& a, int row, int T, int hk, i
                                  float* s_kb, float* s_red) {
   const int K = a.dims.K, tid = threadIdx.x, warp = tid / 32;
   const long long qks = or_default(a.qk_stride, static_cast<long long>(a.dims.HK) * K);
-  constexpr int kP = pow2_at_least(2 * TP);
-  float part[kP] = {};
+  float part[2 * TP];
 #pragma unroll
   for (int s = 0; s < TP; ++s) {
     float sq = 0.0f, sk = 0.0f;
@@ -136,11 +133,11 @@ __device__ void normalise_window(const GdnStepArgs& a, int row, int T, int hk, i
     }
     part[s] = sq, part[TP + s] = sk;
   }
-  const Scattered r = reduce_scatter<kP>(part, 32);
+  const Scattered r = reduce_scatter<2 * TP>(part, 32);
   if (r.owner) {
 #pragma unroll
-    for (int i = 0; i < kP; ++i)
-      if (i < r.count && r.first + i < 2 * TP) s_red[(r.first + i) * kWarps + warp] = part[i];
+    for (int i = 0; i < 2 * TP; ++i)
+      if (i < r.count) s_red[(r.first + i) * kWarps + warp] = part[i];
   }
   __syncthreads();
   const float qscale = 1.0f / sqrtf(static_cast<float>(K));
@@ -242,7 +239,7 @@ __device__ void verify_stream(const VerifyCtx& t, T* src, R* rd, float* smem, co
     }
     // The 2T dots of each row, the batch's rows reduced together (value u·2T + x: row u, dot x; x < T against k_x,
     // x >= T against q_{x−T}): each value's additions are row_sum's tree, as gdn_replay_step's.
-    constexpr int N = pow2_at_least(U * 2 * TP);
+    constexpr int N = U * 2 * TP;
     float d[N];
 #pragma unroll
     for (int x = 0; x < N; ++x) d[x] = 0.0f;
@@ -268,7 +265,7 @@ __device__ void verify_stream(const VerifyCtx& t, T* src, R* rd, float* smem, co
         if (x >= r.count) break;
         const int idx = r.first + x, u = idx / (2 * TP), dot = idx % (2 * TP), p = dot % TP;
         const int i = i0 + u * t.rows_per_pass + t.rsub;
-        if (p < t.T && i < t.v_end && u < U) (dot < TP ? s_sk : s_sq)[p * ldr + i - t.v_begin] = d[x];
+        if (p < t.T && i < t.v_end) (dot < TP ? s_sk : s_sq)[p * ldr + i - t.v_begin] = d[x];
       }
     }
   }
@@ -341,10 +338,9 @@ __global__ void __launch_bounds__(kThreads, kVerifyMinBlocks<TP>) gdn_verify_ker
   // Key dots of every visible entry x (committed x < hw from the ring, window x = hw + j as bf16(k_j)) against every
   // k_s and q_s: one warp per entry, lanes over 8-element chunks in gdn_replay_step's order.
   for (int x = warp; x < hw + T; x += kWarps) {
-    constexpr int kP = pow2_at_least(2 * TP);
-    float dd[kP];
+    float dd[2 * TP];
 #pragma unroll
-    for (int p = 0; p < kP; ++p) dd[p] = 0.0f;
+    for (int p = 0; p < 2 * TP; ++p) dd[p] = 0.0f;
     for (int n = lane * 8; n < K; n += 32 * 8) {
       float b[8];
       if (x < hw) {
@@ -367,12 +363,12 @@ __global__ void __launch_bounds__(kThreads, kVerifyMinBlocks<TP>) gdn_verify_ker
         }
       }
     }
-    const Scattered r = reduce_scatter<kP>(dd, 32);
+    const Scattered r = reduce_scatter<2 * TP>(dd, 32);
     if (r.owner) {
 #pragma unroll
-      for (int i = 0; i < kP; ++i) {
+      for (int i = 0; i < 2 * TP; ++i) {
         if (i >= r.count) break;
-        const int idx = r.first + i, p = idx < TP ? idx : idx - TP;  // padding: p >= TP
+        const int idx = r.first + i, p = idx < TP ? idx : idx - TP;
         if (p < T) smem[(idx < TP ? L.off_wk() : L.off_wq()) + p * ne + x] = dd[i];
       }
     }
@@ -515,8 +511,6 @@ void dispatch_window(const GdnVerifyLaunch& l, int vtiles, cudaStream_t stream) 
     launch_verify<A, CK, RD, 2>(l, vtiles, stream);
   else if (T <= 4)
     launch_verify<A, CK, RD, 4>(l, vtiles, stream);
-  else if (T <= 6)
-    launch_verify<A, CK, RD, 6>(l, vtiles, stream);
   else if (T <= 8)
     launch_verify<A, CK, RD, 8>(l, vtiles, stream);
   else
