@@ -314,18 +314,9 @@ __global__ void __launch_bounds__(kThreads, kVerifyMinBlocks<TP>) gdn_verify_ker
   const float* rG = l.d_ring_G + static_cast<long long>(slot) * cap * HV + h;                                    // + idx·HV
   const uint16_t* ru = l.d_ring_u + static_cast<long long>(slot) * cap * HV * V + static_cast<long long>(h) * V;  // + idx·HV·V
   const uint16_t* rk = l.d_ring_k + static_cast<long long>(slot) * cap * HK * K + static_cast<long long>(hk) * K;  // + idx·HK·K
-  // The committed u rows of the tile, read by the substitution (or the flush's weights below), and the committed
-  // keys, read one entry per warp iteration by the key dots (and the flush's fold), towards L2 together: the warps'
-  // loop over entries then waits on L2, not on DRAM once per entry.
-  {
-    const int ulines = (2 * (v_end - v_begin) + 127) / 128, klines = (2 * K + 127) / 128;
-    for (int idx = tid; idx < hfill * ulines; idx += kThreads)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(ru + static_cast<long long>((base + idx / ulines) & mask) * HV * V +
-                                                   v_begin + (idx % ulines) * 64));
-    for (int idx = tid; idx < hfill * klines; idx += kThreads)
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(rk + static_cast<long long>((base + idx / klines) & mask) * HK * K +
-                                                   (idx % klines) * 64));
-  }
+  // The committed u rows of the tile, read by the substitution (or the flush's weights below), towards L2.
+  for (int e = tid; e < hfill; e += kThreads)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(ru + static_cast<long long>((base + e) & mask) * HV * V + v_begin));
   if (tid < T) {
     const Gate gt = gate_of<A>(a, row * T + tid, h);
     smem[L.off_g() + tid] = gt.g, smem[L.off_alpha() + tid] = gt.alpha, smem[L.off_beta() + tid] = gt.beta;
