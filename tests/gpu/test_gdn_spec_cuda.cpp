@@ -509,9 +509,9 @@ const Geo kGeos[] = {{"small", small_dims()}, {"qwen35-4b", qwen4b_dims()}};
 TEST_CASE("gdn verify: all drafts accepted equals the standard replay step", "[gpu][gdn][spec]") {
   if (!have_device()) return;
   for (const Geo& g : kGeos)
-    for (int interval : {4, 16})
-      for (int T : {1, 2, 4, 8}) {
-        if (interval % T != 0) continue;
+    for (int interval : {4, 12, 16})
+      for (int T : {1, 2, 4, 6, 8}) {
+        if (interval % T != 0 || (interval == 12) != (T == 6)) continue;  // T = 6 (its own kernel) at interval 12
         run_all_accepted(g.name, g.dims, T, interval, Ckpt{});
         if (T == 4) {
           run_all_accepted(g.name, g.dims, T, interval, Ckpt{Format::BF16, false, Format::BF16});
@@ -524,7 +524,7 @@ TEST_CASE("gdn verify: random acceptance, mixed fills and padded rows, against f
   if (!have_device()) return;
   for (const Geo& g : kGeos)
     for (int interval : {4, 16})
-      for (int T : {1, 2, 4, 8}) {
+      for (int T : {1, 2, 4, 6, 8}) {
         run_random(g.name, g.dims, T, interval, Ckpt{});
         if (T == 4 || (std::string(g.name) == "small" && T == 2)) {
           run_random(g.name, g.dims, T, interval, Ckpt{Format::BF16, false, Format::BF16}, Format::BF16);
