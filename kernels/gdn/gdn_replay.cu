@@ -111,7 +111,8 @@ __device__ inline void load_chunk_raw(const T* lane0, int K, int i0, int rsub, i
 // folds in t.fa with t.F terms per entry; false: fp32, one term (the fold the timed kernels run, nothing staged at
 // run time).
 // pre / have_pre: the tile's first chunk of `src`, already loaded (the small-batch prologue reads it with the slot).
-template <class T, class R, bool kInner, bool kFlush, int kL, bool kSR, bool kArith>
+// kRoll: the stream prefetches into L2 as it goes (t.l2_ahead); false: only the prologue's prefetch (replay_step).
+template <class T, class R, bool kInner, bool kFlush, int kL, bool kSR, bool kArith, bool kRoll = true>
 __device__ __forceinline__ void stream_tile(const GdnReplayLaunch& l, const TileCtx& t, T* src, R* rd,
                                             const float* smem, const ReplaySmem& L, const uint4 (&pre)[kUnroll],
                                             bool have_pre) {
@@ -151,7 +152,7 @@ __device__ __forceinline__ void stream_tile(const GdnReplayLaunch& l, const Tile
   const T* const row0 = src - t.c * kVec;  // row 0 of the head, lane 0
   const int ahead = t.l2_ahead >= 0 ? (t.l2_ahead + 2) * span : 0;  // the prefetch window's end, rows past i0
   for (int i0 = t.v_begin; i0 < t.v_end; i0 += span) {
-    if (ahead > 0 && i0 != t.v_begin) prefetch_rows(row0, t.K, i0 + ahead - span, min(i0 + ahead, t.v_end));
+    if (kRoll && ahead > 0 && i0 != t.v_begin) prefetch_rows(row0, t.K, i0 + ahead - span, min(i0 + ahead, t.v_end));
     float s[kUnroll][kVec], vv[kUnroll], uj[kUnroll];
     int il[kUnroll];
     [[maybe_unused]] T* r0 = src + static_cast<long long>(i0 + t.rsub) * t.K;
@@ -604,8 +605,14 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     constexpr int kVec = StateVec<Src>::kVec;
     t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
     Src* src = static_cast<Src*>(kDual ? l.d_read : l.d_ckpt) + head_off + t.c * kVec;
-    stream_tile<Src, void, kInner, false, kK / StateVec<Src>::kVec, false, false>(l, t, src, nullptr, smem, L, chunk0,
-                                                                                  kSmall);
+    // The inner route's non-flush stream on an fp32 checkpoint (shared, or the update copy of a dual pair) does not
+    // roll its L2 prefetch: at l2_ahead 0 the hint names the chunk the double buffer loads a few instructions later,
+    // and any hint costs its instructions and L2 requests. On the H200 (batch 256, K16, benchmarks/experiments/
+    // gdn_replay_noroll.*.h200.json) dropping it took the fp32 non-flush step 177.6 -> 170.0 us and the dual one
+    // 127.0 -> 124.3, but the 16-bit checkpoint's kernel (128 registers, 4 CTAs per SM) 144.3 -> 147.5: it keeps it.
+    constexpr bool kRoll = !(kInner && sizeof(CK) == 4);
+    stream_tile<Src, void, kInner, false, kK / StateVec<Src>::kVec, false, false, kRoll>(l, t, src, nullptr, smem, L,
+                                                                                         chunk0, kSmall);
   } else {
     constexpr int kVec = StateVec<CK>::kVec;
     t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
@@ -634,6 +641,16 @@ constexpr int kInnerMinBlocks = 6;
 template <class A, class CK, class RD, int kK, bool kSR, bool kArith>
 __global__ void __launch_bounds__(kThreads, kInnerMinBlocks) gdn_replay_inner32_kernel(GdnReplayLaunch l, int vtiles) {
   replay_step<A, CK, RD, true, kK, kSR, kArith>(l, vtiles);
+}
+
+// The inner route on a shared 16-bit checkpoint with a floor of 5 resident CTAs per SM: without it ptxas gives it
+// 128 registers (4 CTAs per SM); at 96 it does not spill at K = 128 (4 bytes at a run-time K). On the H200 (bf16,
+// K16, batch 256, benchmarks/experiments/gdn_replay_b16floor.*.h200.json) non-flush 144.4 -> 132.2 us, flush
+// 328.5 -> 321.5, amortised 155.9 -> 144.0. Stochastic rounding and a flush arithmetic keep the kernel above.
+constexpr int kInner16MinBlocks = 5;
+template <class A, class CK, class RD, int kK>
+__global__ void __launch_bounds__(kThreads, kInner16MinBlocks) gdn_replay_inner16_kernel(GdnReplayLaunch l, int vtiles) {
+  replay_step<A, CK, RD, true, kK, false, false>(l, vtiles);
 }
 
 // The reconstruct route on a shared fp32 checkpoint with a floor of 5 resident CTAs per SM: reading the prologue's
@@ -677,8 +694,7 @@ void launch_replay(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
     kernel = preset ? gdn_replay_inner32_kernel<A, CK, RD, kPresetK, false, false>
                     : gdn_replay_inner32_kernel<A, CK, RD, 0, false, false>;
   } else {
-    kernel = preset ? gdn_replay_kernel<A, CK, RD, true, kPresetK, false, false>
-                    : gdn_replay_kernel<A, CK, RD, true, 0, false, false>;
+    kernel = preset ? gdn_replay_inner16_kernel<A, CK, RD, kPresetK> : gdn_replay_inner16_kernel<A, CK, RD, 0>;
   }
   if constexpr (std::is_same<A, __nv_bfloat16>::value) {
     if (vtiles > 1 && preset)
