@@ -609,7 +609,8 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     // roll its L2 prefetch: at l2_ahead 0 the hint names the chunk the double buffer loads a few instructions later,
     // and any hint costs its instructions and L2 requests. On the H200 (batch 256, K16, benchmarks/experiments/
     // gdn_replay_noroll.*.h200.json) dropping it took the fp32 non-flush step 177.6 -> 170.0 us and the dual one
-    // 127.0 -> 124.3, but the 16-bit checkpoint's kernel (128 registers, 4 CTAs per SM) 144.3 -> 147.5: it keeps it.
+    // 127.0 -> 124.3, but the 16-bit checkpoint's kernel 144.3 -> 147.5 at 4 CTAs per SM and 132.2 -> 134.3 at 5
+    // (gdn_replay_floors.*.h200.json): it keeps it.
     constexpr bool kRoll = !(kInner && sizeof(CK) == 4);
     stream_tile<Src, void, kInner, false, kK / StateVec<Src>::kVec, false, false, kRoll>(l, t, src, nullptr, smem, L,
                                                                                          chunk0, kSmall);
@@ -632,22 +633,26 @@ __global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l,
   replay_step<A, CK, RD, kInner, kK, kSR, kArith>(l, vtiles);
 }
 
-// The inner route on an fp32 checkpoint (shared or dual) with a floor of resident CTAs per SM. ncu on the H200 (fp32
-// K16 batch 256 non-flush): 96 registers held the step to 5 CTAs per SM (31% occupancy) and DRAM to 56%; at 6 CTAs
-// (80 registers, 4 bytes spilled) the non-flush step went 224 -> 213 us and the dual step 186 -> 165 us
-// (benchmarks/experiments/gdn_cta_floors.h200.json). A 16-bit checkpoint spills 40-64 bytes under it, and the
-// reconstruct route's rebuild needs its registers: they keep the kernel above.
-constexpr int kInnerMinBlocks = 6;
+// The inner route on an fp32 checkpoint (shared or dual) with a floor of 7 resident CTAs per SM (72 registers, 24
+// bytes spilled at K = 128). ncu on the H200 (fp32 K16 batch 256 non-flush): 96 registers held the step to 5 CTAs per
+// SM (31% occupancy) and DRAM to 56%; 6 CTAs (80 registers) took the non-flush step 224 -> 213 us and the dual step
+// 186 -> 165 us (benchmarks/experiments/gdn_cta_floors.h200.json); 7 took them 170.0 -> 164.9 and 124.6 -> 118.9,
+// the flush steps unchanged (gdn_replay_floors.*.h200.json). 8 (64 registers, 48-84 bytes spilled) gained another 1%
+// amortised on a shared checkpoint and slowed the dual flush 436 -> 478 us (gdn_replay_floors2.*.h200.json). The
+// reconstruct route's rebuild needs its registers: it keeps the kernels below.
+constexpr int kInnerMinBlocks = 7;
 template <class A, class CK, class RD, int kK, bool kSR, bool kArith>
 __global__ void __launch_bounds__(kThreads, kInnerMinBlocks) gdn_replay_inner32_kernel(GdnReplayLaunch l, int vtiles) {
   replay_step<A, CK, RD, true, kK, kSR, kArith>(l, vtiles);
 }
 
-// The inner route on a shared 16-bit checkpoint with a floor of 5 resident CTAs per SM: without it ptxas gives it
-// 128 registers (4 CTAs per SM); at 96 it does not spill at K = 128 (4 bytes at a run-time K). On the H200 (bf16,
-// K16, batch 256, benchmarks/experiments/gdn_replay_b16floor.*.h200.json) non-flush 144.4 -> 132.2 us, flush
-// 328.5 -> 321.5, amortised 155.9 -> 144.0. Stochastic rounding and a flush arithmetic keep the kernel above.
-constexpr int kInner16MinBlocks = 5;
+// The inner route on a shared 16-bit checkpoint with a floor of 7 resident CTAs per SM: without one ptxas gives it
+// 128 registers (4 CTAs per SM). Spilling costs less than idle SMs here. H200, bf16, K16, batch 256, amortised us:
+// 4 CTAs 155.9, 5 (96 registers, no spill) 144.0, 6 (80, 64 bytes spilled) 140.8, 7 (72, 112 bytes) 136.4, 8 (64,
+// 192 bytes) 139.3; the non-flush step 144.4, 132.2, 128.0, 122.9, 124.4 while the flush goes 328.5, 321.5, 326.8,
+// 336.4, 355.9 (benchmarks/experiments/gdn_replay_{b16floor,floors,floors2,floors3}.*.h200.json). Stochastic
+// rounding and a flush arithmetic keep the kernel above.
+constexpr int kInner16MinBlocks = 7;
 template <class A, class CK, class RD, int kK>
 __global__ void __launch_bounds__(kThreads, kInner16MinBlocks) gdn_replay_inner16_kernel(GdnReplayLaunch l, int vtiles) {
   replay_step<A, CK, RD, true, kK, false, false>(l, vtiles);
