@@ -162,13 +162,21 @@ def read_spec_benchmark(path: str, stat: str = "median") -> tuple[pd.DataFrame, 
     return df, ctx
 
 
-def find_benchmarks(*roots: str, pattern: str = "bench_*cuda*.json") -> list[str]:
+# A family's full benchmark: bench_<family>_cuda*.json (scripts/gpu_run.sh), or the per-commit runs committed under
+# benchmarks/runs/ as <family>-bench.<commit>.<gpu>.json (another preset's run there is <family>-bench-<preset>.*, so
+# it does not match).
+BENCH_PATTERNS = ("bench_*cuda*.json", "mamba2-bench.*.json", "gdn-bench.*.json")
+
+
+def find_benchmarks(*roots: str, pattern: str | tuple[str, ...] = BENCH_PATTERNS) -> list[str]:
     """Benchmark JSON files under the given folders (recursively), newest first by the date in their context, then
     by modification time."""
+    patterns = (pattern,) if isinstance(pattern, str) else pattern
     found = []
     for r in roots:
         if r and os.path.isdir(r):
-            found += glob.glob(os.path.join(r, "**", pattern), recursive=True)
+            for pat in patterns:
+                found += glob.glob(os.path.join(r, "**", pat), recursive=True)
         elif r and os.path.isfile(r):
             found.append(r)
 
@@ -208,8 +216,13 @@ def newest_spec(paths: list[str]) -> str | None:
     return None
 
 
+# The geometry each family's benchmark runs by default, the one the published numbers (published.json) are quoted at.
+DEFAULT_PRESET = {"mamba2": "nemotron3-super-120b", "gdn": "qwen35-4b"}
+
+
 def newest_by_family(paths: list[str]) -> dict[str, str]:
-    """The newest benchmark file of each family (mamba2, gdn) among `paths` (ordered newest first)."""
+    """The newest benchmark file of each family (mamba2, gdn) among `paths` (ordered newest first), at the family's
+    default preset (a file that names another preset in its context is skipped; one that names none is taken)."""
     out: dict[str, str] = {}
     for p in paths:
         try:
@@ -217,6 +230,7 @@ def newest_by_family(paths: list[str]) -> dict[str, str]:
         except (ValueError, OSError):
             continue
         fam = _family(ctx, p)
-        if fam and fam not in out:
-            out[fam] = p
+        if not fam or fam in out or ctx.get("preset", DEFAULT_PRESET[fam]) != DEFAULT_PRESET[fam]:
+            continue
+        out[fam] = p
     return out

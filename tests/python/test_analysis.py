@@ -118,6 +118,33 @@ def test_merge_shards_and_backends(files):
     assert len(cuda) > 0 and (cuda["status"] == "skipped").all()  # no device, or no CUDA build, here
 
 
+def test_newest_benchmark_per_family(tmp_path):
+    # The per-commit runs (benchmarks/runs/<family>-bench.<commit>.<gpu>.json) count as a family's benchmark beside
+    # bench_<family>_cuda*.json; the newest by context date wins, and a run at another preset never stands in.
+    with open(BENCH) as fh:
+        doc = json.load(fh)
+
+    def write(name, date, preset=None):
+        d = json.loads(json.dumps(doc))
+        d["context"]["date"] = date
+        if preset:
+            d["context"]["preset"] = preset
+        path = tmp_path / "runs" / name
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(json.dumps(d))
+        return str(path)
+
+    old = write("bench_mamba2_cuda_h200.json", "2026-12-01T00:00:00+00:00")
+    new = write("mamba2-bench.abc1234.h200.json", "2026-12-03T00:00:00+00:00", "nemotron3-super-120b")
+    other = write("mamba2-bench-nemotron3-nano-4b.def5678.h200.json", "2026-12-04T00:00:00+00:00", "nemotron3-nano-4b")
+    odd = write("mamba2-bench.fff0000.h200.json", "2026-12-05T00:00:00+00:00", "nemotron3-nano-4b")
+    found = bench.find_benchmarks(str(tmp_path))
+    assert other not in found and set(found) == {old, new, odd}
+    assert found[0] == odd  # newest first
+    assert bench.newest_by_family(found) == {"mamba2": new}  # odd names another preset in its context
+    assert bench.newest_by_family([old]) == {"mamba2": old}  # no preset in the context: taken
+
+
 def test_benchmark_json():
     df, ctx = bench.read_benchmark(BENCH)
     assert ctx["gpu"] == "NVIDIA H200" and isinstance(ctx["copy_ceiling_GBps"], float)
