@@ -164,8 +164,16 @@ def read_spec_benchmark(path: str, stat: str = "median") -> tuple[pd.DataFrame, 
 
 # A family's full benchmark: bench_<family>_cuda*.json (scripts/gpu_run.sh), or the per-commit runs committed under
 # benchmarks/runs/ as <family>-bench.<commit>.<gpu>.json (another preset's run there is <family>-bench-<preset>.*, so
-# it does not match).
-BENCH_PATTERNS = ("bench_*cuda*.json", "mamba2-bench.*.json", "gdn-bench.*.json")
+# it does not match); the speculative benchmark likewise: bench_spec_cuda*.json (both families) or
+# spec-bench-<family>.<commit>.*.json (a kernel variant's run, spec-bench-<family>-<variant>.*, does not match).
+BENCH_PATTERNS = ("bench_*cuda*.json", "mamba2-bench.*.json", "gdn-bench.*.json", "spec-bench-mamba2.*.json",
+                  "spec-bench-gdn.*.json")
+
+
+def is_spec(path: str) -> bool:
+    """A speculative benchmark (bench_spec_cuda JSON), whose family is in each case's name."""
+    base = os.path.basename(path)
+    return base.startswith("bench_spec") or base.startswith("spec-bench")
 
 
 def find_benchmarks(*roots: str, pattern: str | tuple[str, ...] = BENCH_PATTERNS) -> list[str]:
@@ -207,13 +215,39 @@ def read_interval_sweeps(*roots: str) -> pd.DataFrame | None:
     return pd.concat(frames, ignore_index=True) if frames else None
 
 
-def newest_spec(paths: list[str]) -> str | None:
-    """The newest speculative benchmark (bench_spec_cuda*.json) among `paths` (ordered newest first); the
-    per-family readers skip it, since its family is in each case's name rather than in the file's context."""
+def newest_spec_by_family(paths: list[str]) -> dict[str, str]:
+    """The newest speculative benchmark holding each family's cases, among `paths` (ordered newest first)."""
+    out: dict[str, str] = {}
     for p in paths:
-        if os.path.basename(p).startswith("bench_spec"):
-            return p
-    return None
+        if not is_spec(p):
+            continue
+        try:
+            df, _ = read_spec_benchmark(p)
+        except (ValueError, OSError):
+            continue
+        for fam in sorted(set(df["family"])) if not df.empty else ():
+            out.setdefault(fam, p)
+    return out
+
+
+def read_spec_benchmarks(files: dict[str, str]) -> tuple[pd.DataFrame, dict]:
+    """Each family's rows from its file (newest_spec_by_family), concatenated, and a context: the first file's, with
+    the acceptance p and the interval set to NaN unless every file ran the same."""
+    frames, ctxs = [], []
+    for fam, p in files.items():
+        df, ctx = read_spec_benchmark(p)
+        frames.append(df[df["family"] == fam] if not df.empty else df)
+        ctxs.append(ctx)
+    if not frames:
+        return pd.DataFrame(), {}
+    df = pd.concat(frames, ignore_index=True)
+    if not df.empty:
+        df = df.sort_values(["family", "batch", "window"]).reset_index(drop=True)
+    ctx = dict(ctxs[0])
+    for k in ("p", "interval"):
+        if len({c.get(k) for c in ctxs}) > 1:
+            ctx[k] = float("nan")
+    return df, ctx
 
 
 # The geometry each family's benchmark runs by default, the one the published numbers (published.json) are quoted at.
@@ -229,7 +263,7 @@ def newest_by_family(paths: list[str]) -> dict[str, str]:
             _, ctx = read_benchmark(p)
         except (ValueError, OSError):
             continue
-        fam = _family(ctx, p)
+        fam = "" if is_spec(p) else _family(ctx, p)
         if not fam or fam in out or ctx.get("preset", DEFAULT_PRESET[fam]) != DEFAULT_PRESET[fam]:
             continue
         out[fam] = p

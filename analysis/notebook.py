@@ -72,16 +72,18 @@ class Context:
         return df
 
     def spec_bench(self) -> tuple[pd.DataFrame | None, dict]:
-        """The newest speculative benchmark JSON as (one row per family, batch, T; its context), or (None, {})."""
-        p = _bench.newest_spec(self.bench_paths)
-        if p is None:
-            print("no speculative benchmark JSON (bench_spec_cuda*.json) found in",
+        """The newest speculative benchmark of each family (bench_spec_cuda*.json, or benchmarks/runs/
+        spec-bench-<family>.*.json) as (one row per family, batch, T; a context), or (None, {})."""
+        files = _bench.newest_spec_by_family(self.bench_paths)
+        if not files:
+            print("no speculative benchmark JSON (bench_spec_cuda*.json, spec-bench-<family>.*.json) found in",
                   ", ".join(self.bench_paths) or "(nothing)")
             return None, {}
-        df, ctx = _bench.read_spec_benchmark(p)
-        print(f"speculative GPU data: {p} ({ctx.get('gpu', '?')}, {ctx.get('date', '?')}, "
-              f"commit {str(ctx.get('git_commit', '?'))[:10]})")
-        return df, ctx
+        for fam, p in files.items():
+            _, c = _bench.read_spec_benchmark(p)
+            print(f"speculative GPU data ({fam}): {p} ({c.get('gpu', '?')}, {c.get('date', '?')}, "
+                  f"commit {str(c.get('git_commit', '?'))[:10]})")
+        return _bench.read_spec_benchmarks(files)
 
     def save(self, fig, name: str) -> list[str]:
         paths = _figures.save(fig, self.figures, name)

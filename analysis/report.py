@@ -27,9 +27,11 @@ def _first(df, col):
     return float(df[col].iloc[0]) if len(df) else float("nan")
 
 
-def ours(results: str, bench_files: dict[str, str], spec_file: str | None = None, bench_roots=()) -> list[dict]:
-    """Rows {id, ours, what, command_key} for every published entry we have a number for. spec_file: a
-    bench_spec_cuda JSON, for the entries with a `spec` selector and the verify costs relative to a standard step.
+def ours(results: str, bench_files: dict[str, str], spec_files: dict[str, str] | None = None,
+         bench_roots=()) -> list[dict]:
+    """Rows {id, ours, what, command_key} for every published entry we have a number for. spec_files: {family:
+    bench_spec_cuda JSON} (bench.newest_spec_by_family), for the entries with a `spec` selector and the verify costs
+    relative to a standard step.
     bench_roots: where the per-preset GPU interval sweeps are (each preset's measured best interval)."""
     rows = []
 
@@ -100,8 +102,8 @@ def ours(results: str, bench_files: dict[str, str], spec_file: str | None = None
                         best, label = sp, f"replay {r['state_format']} K={r['interval']}"
             if not any(x["id"] == pid for x in rows):
                 add(pid, best, f"best replay over eager at batch {batch} ({label})", src)
-    if spec_file:
-        rows += _spec_rows(spec_file, pub)
+    if spec_files:
+        rows += _spec_rows(spec_files, pub)
     rows += _interval_rows(bench_roots, pub)
     return rows
 
@@ -131,13 +133,13 @@ def _interval_rows(bench_roots, pub: dict) -> list[dict]:
     return rows
 
 
-def _spec_rows(path: str, pub: dict) -> list[dict]:
-    from .bench import read_spec_benchmark
-    df, ctx = read_spec_benchmark(path)
+def _spec_rows(files: dict[str, str], pub: dict) -> list[dict]:
+    from .bench import read_spec_benchmarks
+    df, ctx = read_spec_benchmarks(files)
     rows = []
     if df.empty:
         return rows
-    pp = f"p = {ctx['p']:.2f}" if isinstance(ctx.get("p"), float) else "the run's p"
+    pp = f"p = {ctx['p']:.2f}" if isinstance(ctx.get("p"), float) and math.isfinite(ctx["p"]) else "the run's p"
     for pid, e in pub.items():
         sel = e.get("spec")
         if not sel:
@@ -148,7 +150,7 @@ def _spec_rows(path: str, pub: dict) -> list[dict]:
             if math.isfinite(v):
                 how = {"us_verify_amortised": f", flushes amortised at acceptance {pp}",
                        "us_replay_amortised": ", flush amortised over the interval"}.get(sel["column"], "")
-                rows.append({"id": pid, "ours": v, "source": "spec",
+                rows.append({"id": pid, "ours": v, "source": "spec:" + sel["family"],
                              "what": f"{e['quantity']} (ours: {sel['column']}{how})"})
     # METHOD.md's verify costs at T = 6, relative to a standard step; its batch is not stated, ours is 256.
     for fam in ("mamba2", "gdn"):
@@ -159,15 +161,15 @@ def _spec_rows(path: str, pub: dict) -> list[dict]:
         for pid, col in (("spec_eager_verify_cost_T6", "us_eager_verify"),
                          ("spec_replay_verify_cost_T6", "us_verify_amortised")):
             if pid in pub and r["us_replay_amortised"] > 0:
-                rows.append({"id": pid, "ours": float(r[col] / r["us_replay_amortised"]), "source": "spec",
+                rows.append({"id": pid, "ours": float(r[col] / r["us_replay_amortised"]), "source": "spec:" + fam,
                              "what": f"{fam}: {col} / standard replay step, batch 256, T = 6"})
     return rows
 
 
 def write_report(out: str, commands: dict[str, str], bench_files: dict[str, str], quick: bool,
-                 has_device: bool, spec_file: str | None = None, bench_roots=()) -> str:
+                 has_device: bool, spec_files: dict[str, str] | None = None, bench_roots=()) -> str:
     pub = published()
-    rows = ours(os.path.join(out, "results"), bench_files, spec_file, bench_roots)
+    rows = ours(os.path.join(out, "results"), bench_files, spec_files, bench_roots)
     lines = ["# Reproduction report", "",
              f"Made by `scripts/reproduce.sh{' --quick' if quick else ''}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}."
              + (" **Quick mode: reduced sizes (256 steps, 8 heads, the LM over 64 bytes); the numbers only show the "
@@ -178,8 +180,9 @@ def write_report(out: str, commands: dict[str, str], bench_files: dict[str, str]
                      + ".")
     else:
         lines.append("No GPU benchmark JSON found: the GPU rows and figures are empty (published values only).")
-    if spec_file:
-        lines.append(f"Speculative decoding from `{os.path.basename(spec_file)}`.")
+    if spec_files:
+        lines.append("Speculative decoding from " + ", ".join(f"`{os.path.basename(p)}` ({f})" for f, p in spec_files.items())
+                     + ".")
     lines += ["", "Ratio = ours / published (a published range: its middle; ✓ ours inside the range).", "",
               "| quantity | ours | published | ratio | conditions (published) | source | our command |",
               "|---|---|---|---|---|---|---|"]
@@ -187,8 +190,8 @@ def write_report(out: str, commands: dict[str, str], bench_files: dict[str, str]
         e = pub[r["id"]]
         c = compare(r["ours"], e)
         inside = " ✓" if c["inside"] else (" ✗" if c["inside"] is False else "")
-        if r["source"] == "spec":
-            cmd = f"`{os.path.basename(spec_file)}` (scripts/gpu_run.sh)"
+        if r["source"].startswith("spec:"):
+            cmd = f"`{os.path.basename(spec_files[r['source'].split(':', 1)[1]])}` (scripts/gpu_run.sh)"
         elif r["source"] == "interval_sweep":
             cmd = "`benchmarks/interval_sweep/` (scripts/gpu_interval_sweep.sh)"
         elif r["source"].startswith("bench:"):

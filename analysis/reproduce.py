@@ -119,11 +119,11 @@ def main(argv=None) -> int:
     bench_roots = a.bench or [os.path.join(ROOT, "benchmarks")]
     bench_files = B.find_benchmarks(*bench_roots)
     newest = B.newest_by_family(bench_files)
-    spec_file = B.newest_spec(bench_files)
+    spec_files = B.newest_spec_by_family(bench_files)
     has_device = shutil.which("nvidia-smi") is not None and \
         subprocess.run(["nvidia-smi", "-L"], capture_output=True).returncode == 0
-    if newest or spec_file:
-        found = dict(newest, **({"speculative": spec_file} if spec_file else {}))
+    if newest or spec_files:
+        found = dict(newest, **{f"speculative {f}": p for f, p in spec_files.items()})
         progress("stage 2/4: GPU data from " + ", ".join(f"{f}: {os.path.relpath(p, ROOT)}" for f, p in found.items())
                  + ("" if has_device else " (no device here: the newest committed benchmark JSON)"))
     else:
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
 
     progress("stage 4/4: report.md")
     from .report import write_report
-    path = write_report(out, commands, newest, quick=a.quick, has_device=has_device, spec_file=spec_file,
+    path = write_report(out, commands, newest, quick=a.quick, has_device=has_device, spec_files=spec_files,
                         bench_roots=bench_roots)
     missing = [n for n in expected_figures() if not all(
         os.path.getsize(p) > 0 for p in [os.path.join(fig_dir, f"{n}.{e}") for e in ("png", "svg")]

@@ -39,7 +39,8 @@ NOTEBOOKS = {
     "5_spec_verify": (
         "# Speculative verify\nGPU µs per verify call, per accepted token (acceptance p of the run) and modelled "
         "bytes per committed token against the window T: replay verify, the eager speculative baseline and the "
-        "standard replay step, per family at batch 256 and 64 (the newest bench_spec_cuda*.json; issue 12's "
+        "standard replay step, per family at batch 256 and 64 (the newest speculative run of each family, "
+        "bench_spec_cuda*.json or benchmarks/runs/spec-bench-<family>.*.json; issue 12's "
         "published kernels at batch 256, T = 4 as stars). Below the speed, the accuracy side from the CPU emulation "
         "(configs/paper/spec_accuracy.ini): error of the committed positions against fp64 at T = 0, 2, 4.",
         "spec, bctx = ctx.spec_bench()\nfig = figures.spec_verify(spec, bctx)\n"

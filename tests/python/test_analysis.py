@@ -143,6 +143,28 @@ def test_newest_benchmark_per_family(tmp_path):
     assert found[0] == odd  # newest first
     assert bench.newest_by_family(found) == {"mamba2": new}  # odd names another preset in its context
     assert bench.newest_by_family([old]) == {"mamba2": old}  # no preset in the context: taken
+    # Speculative runs: the newest file holding each family's cases; the per-family reader never takes one.
+    with open(SPEC) as fh:
+        sdoc = json.loads(fh.read())
+    both = tmp_path / "bench_spec_cuda_h200.json"
+    both.write_text(json.dumps(sdoc))
+    gdn_only = json.loads(json.dumps(sdoc))
+    gdn_only["context"]["date"] = "2026-12-06T00:00:00+00:00"
+    gdn_only["benchmarks"] = [b for b in gdn_only["benchmarks"] if b["name"].startswith("gdn/")]
+    for b in gdn_only["benchmarks"]:
+        if "us_verify_amortised" in b:
+            b["us_verify_amortised"] = 123.0
+    g = tmp_path / "runs" / "spec-bench-gdn.abc1234.h200.json"
+    g.write_text(json.dumps(gdn_only))
+    (tmp_path / "runs" / "spec-bench-gdn-perhead.abc1234.h200.json").write_text(json.dumps(gdn_only))
+    found = bench.find_benchmarks(str(tmp_path))
+    assert bench.newest_by_family(found) == {"mamba2": new}
+    files = bench.newest_spec_by_family(found)
+    assert files == {"gdn": str(g), "mamba2": str(both)}
+    spec, ctx = bench.read_spec_benchmarks(files)
+    assert set(spec["family"]) == {"mamba2", "gdn"} and len(spec) == 16 and ctx["p"] == pytest.approx(0.7)
+    assert (spec[spec["family"] == "gdn"]["us_verify_amortised"] == 123.0).all()
+    assert (spec[spec["family"] == "mamba2"]["us_verify_amortised"] != 123.0).all()
 
 
 def test_benchmark_json():
@@ -241,7 +263,7 @@ def test_spec_benchmark_and_figure():
     assert sorted(set(spec["window"])) == [2, 4, 6, 8]
     # us_per_token is the amortised verify over the mean committed count (the flush rule at the run's p).
     assert np.allclose(spec["us_per_token"] * spec["mean_committed"], spec["us_verify_amortised"], rtol=1e-9)
-    assert bench.newest_spec(bench.find_benchmarks(os.path.dirname(SPEC))) == SPEC
+    assert bench.newest_spec_by_family([SPEC]) == {"gdn": SPEC, "mamba2": SPEC}
     f = figures.spec_verify(spec, ctx)
     assert len(f.axes) == 6 and "H200" in f._suptitle.get_text()
     for ax, fam in ((f.axes[0], "mamba2"), (f.axes[3], "gdn")):
@@ -257,7 +279,7 @@ def test_spec_benchmark_and_figure():
     assert np.allclose(tok["published replay verify ÷ 2.53 committed"].get_ydata(), [353 / 2.533])
     assert len(f.axes[2].get_lines()) == 3 and f.axes[2].get_lines()[0].get_ydata()[1] < \
         f.axes[2].get_lines()[2].get_ydata()[1]  # replay verify moves fewer bytes per token than a standard step
-    got = {r["id"]: r["ours"] for r in report.ours("/nonexistent", {}, SPEC)}
+    got = {r["id"]: r["ours"] for r in report.ours("/nonexistent", {}, {"mamba2": SPEC, "gdn": SPEC})}
     m4 = spec[(spec.family == "mamba2") & (spec.batch == 256) & (spec.window == 4)]
     assert got["us_mamba2_spec_replay_T4_b256"] == pytest.approx(float(m4["us_verify_amortised"].iloc[0]))
     assert {"us_gdn_spec_standard_T4_b256", "spec_eager_verify_cost_T6"} <= set(got)
