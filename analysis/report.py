@@ -181,8 +181,8 @@ def write_report(out: str, commands: dict[str, str], bench_files: dict[str, str]
     else:
         lines.append("No GPU benchmark JSON found: the GPU rows and figures are empty (published values only).")
     if spec_files:
-        lines.append("Speculative decoding from " + ", ".join(f"`{os.path.basename(p)}` ({f})" for f, p in spec_files.items())
-                     + ".")
+        lines.append("Speculative decoding from "
+                     + ", ".join(f"`{os.path.basename(p)}` ({f})" for f, p in spec_files.items()) + ".")
     lines += ["", "Ratio = ours / published (a published range: its middle; ✓ ours inside the range).", "",
               "| quantity | ours | published | ratio | conditions (published) | source | our command |",
               "|---|---|---|---|---|---|---|"]

@@ -117,9 +117,9 @@ struct GdnReplayLaunch {
   Arith flush_arith = Arith::FP32;
   // Tunable: the streamed copy's chunks prefetched into L2: the first l2_ahead + 2 before the prologue, then chunk
   // c + l2_ahead + 1 as the stream reaches chunk c (not on the inner route's non-flush steps of an fp32 checkpoint,
-  // shared or dual: there only the first ones, gdn_replay.cu); < 0 = the CTA's whole tile before the prologue. On the H200
-  // (Qwen3.5-4B, batch 256, K16 amortised) 0 is fastest: inner fp32 227 us with whole tiles, 205 at 0, 218 at 4;
-  // reconstruct 297 -> 259; dual 169 -> 159 (benchmarks/experiments/gdn_l2_ahead.h200.json).
+  // shared or dual: there only the first ones, gdn_replay.cu); < 0 = the CTA's whole tile before the prologue. On
+  // the H200 (Qwen3.5-4B, batch 256, K16 amortised) 0 is fastest: inner fp32 227 us with whole tiles, 205 at 0, 218
+  // at 4; reconstruct 297 -> 259; dual 169 -> 159 (benchmarks/experiments/gdn_l2_ahead.h200.json).
   int l2_ahead = 0;
   int v_tiles = 0;  // CTAs per (row, value head), 1..V; 0 = gdn_replay_v_tiles' choice
 };

@@ -654,7 +654,8 @@ __global__ void __launch_bounds__(kThreads, kInnerMinBlocks) gdn_replay_inner32_
 // rounding and a flush arithmetic keep the kernel above.
 constexpr int kInner16MinBlocks = 7;
 template <class A, class CK, class RD, int kK>
-__global__ void __launch_bounds__(kThreads, kInner16MinBlocks) gdn_replay_inner16_kernel(GdnReplayLaunch l, int vtiles) {
+__global__ void __launch_bounds__(kThreads, kInner16MinBlocks)
+    gdn_replay_inner16_kernel(GdnReplayLaunch l, int vtiles) {
   replay_step<A, CK, RD, true, kK, false, false>(l, vtiles);
 }
 
