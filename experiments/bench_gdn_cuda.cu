@@ -14,6 +14,8 @@
 //               ahead -1 = whole tile, 0, 1, 2, 4 chunks), named .../hpc:H/l2:D/batch:B
 //     --replay_tune  adds interval-16 replay rows at batch 256 over the L2 prefetch distance (-1 = whole tile,
 //               0, 1, 2, 4 chunks), named .../l2:D/batch:256
+//     --fold_tune  adds interval-16 inner-route rows at batch 256 whose flush folds with FFMA instead of the tensor
+//               cores (GdnReplayLaunch::mma_fold = false), named .../fold:fma/batch:256
 //     --tiles_tune  adds rows at batch 1 and 8 over the CTAs per (row, value head), v_tiles 1 .. 32 (as many as
 //               leave one pass of rows per CTA): eager fp32 / bf16, and the interval-16 replay schemes of the targets,
 //               named .../vt:N/batch:B
@@ -57,6 +59,7 @@ namespace {
 struct Options {
   std::string preset = "qwen35-4b";
   bool full = false, smoke = false, once = false, eager_tune = false, replay_tune = false, tiles_tune = false;
+  bool fold_tune = false;
 };
 Options g_opt;
 Model g_model;
@@ -78,6 +81,7 @@ struct Config {
   bool tuned = false;  // tunables set (named in the case), else the launch structs' defaults
   int hpc = 0, l2 = 1;  // GdnEagerLaunch::heads_per_cta; l2_ahead of either launch
   int vt = 0;           // v_tiles of either launch forced (named .../vt:N), 0 = the launcher's choice
+  bool fma_fold = false;  // GdnReplayLaunch::mma_fold = false (named .../fold:fma)
 };
 
 const char* kind_name(Kind k) {
@@ -98,6 +102,7 @@ std::string bench_name(const Config& c) {
   if (c.tuned && c.scheme == Scheme::Eager) s += "/hpc:" + std::to_string(c.hpc);
   if (c.tuned) s += "/l2:" + std::to_string(c.l2);
   if (c.vt > 0) s += "/vt:" + std::to_string(c.vt);
+  if (c.fma_fold) s += "/fold:fma";
   return s + "/batch:" + std::to_string(c.batch);
 }
 
@@ -185,6 +190,7 @@ void bm_step(benchmark::State& st, Config c) {
   lr.dual = dual, lr.read_format = c.state, lr.d_read = dual ? rd.p : nullptr;
   if (c.tuned) lr.l2_ahead = c.l2;
   lr.v_tiles = c.vt;
+  lr.mma_fold = !c.fma_fold;
   lr.d_ring_u = ru.p, lr.d_ring_k = rk.p, lr.d_ring_G = rG.p, lr.d_fill = fill.p, lr.d_arrive = arrive.p;
 
   // The step sequence of one graph: per step, the fill it starts from (-1: leave the cursor to the kernel).
@@ -312,6 +318,15 @@ void register_all() {
           add(c);
         }
   }
+  if (g_opt.fold_tune) {
+    for (auto [sc, f] : {std::pair{Scheme::Replay, Format::FP32}, std::pair{Scheme::Replay, Format::BF16},
+                         std::pair{Scheme::Dual, Format::BF16}})
+      for (Kind k : {Kind::Nonflush, Kind::Flush, Kind::Amortised}) {
+        Config c{sc, kInner, f, k, 16, 256};
+        c.fma_fold = true;
+        add(c);
+      }
+  }
   struct S {
     Scheme sc;
     GdnRoute route;
@@ -438,6 +453,7 @@ int main(int argc, char** argv) {
     else if (a == "--once") g_opt.once = true;
     else if (a == "--eager_tune") g_opt.eager_tune = true;
     else if (a == "--replay_tune") g_opt.replay_tune = true;
+    else if (a == "--fold_tune") g_opt.fold_tune = true;
     else if (a == "--tiles_tune") g_opt.tiles_tune = true;
     else rest.push_back(argv[i]);
   }

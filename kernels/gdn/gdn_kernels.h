@@ -122,6 +122,11 @@ struct GdnReplayLaunch {
   // at 4; reconstruct 297 -> 259; dual 169 -> 159 (benchmarks/experiments/gdn_l2_ahead.h200.json).
   int l2_ahead = 0;
   int v_tiles = 0;  // CTAs per (row, value head), 1..V; 0 = gdn_replay_v_tiles' choice
+  // Tunable: the inner route's fp32 flush folds the ring on tensor cores (bf16 mma, the weights split in three bf16
+  // pieces: fp32 accuracy) where K = 128; false: the FFMA fold, run by the kernels compiled for any K (slower at every
+  // step; the tests hold the two folds to each other). On the H200 (Qwen3.5-4B, batch 256, K16 flush, against the
+  // FFMA kernels of 3c6da85 in one process): fp32 402 -> 368 us, bf16 335 -> 245 (benchmarks/experiments/README.md).
+  bool mma_fold = true;
 };
 
 // Largest interval a replay launch accepts (per-entry weights and the flush's keys live in shared memory).

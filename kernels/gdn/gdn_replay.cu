@@ -8,7 +8,8 @@
 // Reconstruct route: R = e^{G_{j−1}}·S_c + Σ_{e<j} (e^{G_{j−1}−G_e}·u_e)·k_e rebuilt per row in registers,
 //   u_t = bf16(β·(v_t − α·R·k_t)), S_t = α·R + u_t·k_j, o_t = S_t·q_t.
 // Flush, on the step that fills a row's ring to `interval` (fp32, accumulator starting from the decayed S_c):
-//   inner:       S_c <- e^{G_t}·S_c + Σ_{e<=j} (e^{G_t−G_e}·u_e)·k_e   (lib/cpu/replay.cpp flush_gdn, e in order)
+//   inner:       S_c <- e^{G_t}·S_c + Σ_{e<=j} (e^{G_t−G_e}·u_e)·k_e   (lib/cpu/replay.cpp flush_gdn, e in order;
+//                at K = 128 with fp32 arithmetic the entries before j go through tensor cores: flush_tile_mma)
 //   reconstruct: S_c <- S_t, the row the step rebuilt anyway (equal in exact arithmetic; rounding differs from the
 //                CPU emulation's flush formula within the contract's bound).
 // Order of operations follows lib/cpu/replay.cpp (step_gdn / flush_gdn) where it costs nothing: normalisation and
@@ -64,7 +65,16 @@ struct ReplaySmem {
   // operands staged in flush_arith, F rows per entry, numeric/arith.h).
   __host__ __device__ int off_keys() const { return off_G() + up4(E); }  // [E·F, up4(K)] k_e
   __host__ __device__ int off_uw() const { return off_keys() + E * F * up4(K); }  // [E·F, rows] weight·u_e per row
-  __host__ __device__ int floats() const { return off_uw() + E * F * rows; }
+  // The tensor-core flush (flush_tile_mma, K = 128) stages its operands over the same region instead, in the mma's
+  // fragment order (bf16 words): A = the keys, [ks][m-tile 0..7][lane][8]; B = the weighted u in three bf16 pieces,
+  // [8-row block][ks][piece][lane][4]. ks: k-steps of 16 entries over the entries before the current one.
+  __host__ __device__ int mma_ks() const { return (E - 1 + 15) / 16; }
+  __host__ __device__ int off_mma_a() const { return off_keys(); }
+  __host__ __device__ int off_mma_b() const { return off_keys() + mma_ks() * 1024; }
+  __host__ __device__ int floats() const {
+    const int fma = off_uw() + E * F * rows, mma = off_mma_b() + (rows + 7) / 8 * mma_ks() * 192;
+    return fma > mma ? fma : mma;
+  }
 };
 
 // Everything the stream phase needs, per CTA.
@@ -326,6 +336,139 @@ __device__ __forceinline__ void stream_tile(const GdnReplayLaunch& l, const Tile
   }
 }
 
+// ---- The flush's fold on tensor cores (inner route, fp32 flush arithmetic, K = 128) ----
+// The fold S_c <- e^{G_t}·S_c + Σ_{e<j} (w_e·u_e[i])·k_e + (w_j·u_t[i])·k_j is a rank-j update of each head's
+// [V, K] state: the entries before j as mma.m16n8k16 (bf16 operands, fp32 accumulation) on the transposed tile,
+// D[m = state column][n = state row] += A[m][e]·B[e][n] with A = the keys (bf16 in the ring: exact) and B = w_e·u_e
+// (an fp32 product) split into three bf16 pieces hi + mid + lo, which hold its 24 bits: every product is exact and
+// the tensor core's fp32 sums are the tile-order freedom of docs/fp_contract.md's bounded half. Entry j, whose u_t
+// comes from this step's row dots, is folded with fmaf after them. The FFMA fold (stream_tile) issued 16 FFMAs and
+// 5 shared-memory loads per state element and entry; this issues 3 mma per 16x8 tile of 16 entries.
+//
+// Thread (g = lane / 4, tig = lane % 4) of a warp holds an 8-row block's rows 2·tig and 2·tig + 1, 16 columns each:
+// local column idx (0..15) is state column kVec·g + 8·kVec·(idx / kVec) + idx % kVec, so a row's columns are
+// 16 / kVec whole 16-byte vectors and a warp's load of one vector index covers 4 rows x 128 contiguous bytes. Local
+// columns 2·T and 2·T + 1 are the mma rows g and g + 8 of m-tile T.
+constexpr int kMmaK = 128;  // the state columns a warp's 8 m-tiles cover
+
+__device__ __host__ inline int mma_col(int kv, int g, int idx) { return kv * g + 8 * kv * (idx / kv) + idx % kv; }
+
+// The B operand's 8-byte word of lane (g, tig) of 8-row block nb, in its group of 32 [block][k-step][piece]: the
+// lane's tig is XOR-swizzled by (g / 4, nb % 2) so that the 16 rows of a half-warp staging one (k-step, piece, tig)
+// store to 16 different bank pairs (unswizzled they hit 4); the reading warp still covers all 32 words.
+__device__ inline int mma_b_slot(int nb, int g, int tig) { return 4 * g + (tig ^ (((g >> 2) & 1) + 2 * (nb & 1))); }
+// w as hi + mid + lo, each a bf16 value (the differences are exact in fp32): the bits of each piece.
+__device__ inline void split_bf16x3(float w, uint16_t (&b)[3]) {
+  const float hi = round_bf16_hw(w), r = w - hi, mid = round_bf16_hw(r), lo = round_bf16_hw(r - mid);
+  b[0] = static_cast<uint16_t>(__float_as_uint(hi) >> 16);
+  b[1] = static_cast<uint16_t>(__float_as_uint(mid) >> 16);
+  b[2] = static_cast<uint16_t>(__float_as_uint(lo) >> 16);
+}
+__device__ inline void mma_bf16_16816(float (&c)[4], const uint4& a, uint2 b) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b.x), "r"(b.y));
+}
+
+// The flush of one CTA's tile: T the checkpoint (the update copy when dual, R the read-copy type, else void); `head`
+// and `rd` point at row 0, column 0 of the head. ks: k-steps staged (ReplaySmem::mma_ks of this step's j). Each warp
+// takes 8-row blocks in turn: loads them, takes the rows' dots with k_t and q_t (for u_t and the output, as the FFMA
+// stream does), decays, folds the staged entries on tensor cores and entry j with fmaf, stores.
+template <class T, class R>
+__device__ __forceinline__ void flush_tile_mma(const GdnReplayLaunch& l, const TileCtx& t, T* head, R* rd,
+                                               const float* smem, const ReplaySmem& L, int ks) {
+  constexpr int kV = StateVec<T>::kVec, kQ = 16 / kV;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+  const uint4* A = reinterpret_cast<const uint4*>(smem + L.off_mma_a()) + lane;  // + (ks·8 + T)·32
+  const uint2* B = reinterpret_cast<const uint2*>(smem + L.off_mma_b());  // + ((block·ks + k)·3 + p)·32 + slot
+  const float* s_rk = smem + L.off_rk();
+  const float* s_rq = smem + L.off_rq();
+  const float* s_v = smem + L.off_v();
+  const int rows = t.v_end - t.v_begin;
+  for (int nb = warp; nb < (rows + 7) / 8; nb += kWarps) {
+    const int il0 = nb * 8 + 2 * tig;
+    float acc[2][16];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const bool live = il0 + r < rows;
+      const T* p = head + static_cast<long long>(t.v_begin + il0 + r) * kMmaK + kV * g;
+#pragma unroll
+      for (int q = 0; q < kQ; ++q)
+        StateVec<T>::unpack(live ? __ldcs(reinterpret_cast<const uint4*>(p + 8 * kV * q)) : make_uint4(0, 0, 0, 0),
+                            &acc[r][q * kV]);
+    }
+    // u_t and o_t of the two rows from their dots with k_t and q_t (the 8 lanes of a row: partners 4, 8, 16).
+    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // dk row 0, dk row 1, dq row 0, dq row 1
+#pragma unroll
+    for (int q = 0; q < kQ; ++q) {
+      float kv[kV], qv[kV];
+      load_f32<kV>(smem + L.off_k() + mma_col(kV, g, q * kV), kv);
+      load_f32<kV>(smem + L.off_q() + mma_col(kV, g, q * kV), qv);
+#pragma unroll
+      for (int e = 0; e < kV; ++e)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          d[r] = fmaf(acc[r][q * kV + e], kv[e], d[r]);
+          d[2 + r] = fmaf(acc[r][q * kV + e], qv[e], d[2 + r]);
+        }
+    }
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1)
+#pragma unroll
+      for (int n = 0; n < 4; ++n) d[n] += __shfl_xor_sync(0xFFFFFFFFu, d[n], o);
+    float wj[2];  // entry j's weight w_j·u_t per row
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int il = min(il0 + r, rows - 1);  // rows past the tile: computed, dropped
+      const float skt = t.dprev * d[r] + s_rk[il];
+      const float ujv = round_bf16_hw(t.beta * (s_v[il] - t.alpha * skt));
+      const float ov = t.dt * d[2 + r] + s_rq[il] + t.wq_j * ujv;
+      if (g == 0 && il0 + r < rows)
+        store_o(l.step.d_o, t.row * t.os + static_cast<long long>(t.h) * t.V + t.v_begin + il0 + r, t.o_bf16, ov);
+      wj[r] = t.wf_j * ujv;
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int c = 0; c < 16; ++c) acc[r][c] *= t.dt;
+    for (int k = 0; k < ks; ++k) {
+      const uint2* Bk = B + ((nb * ks + k) * 3) * 32 + mma_b_slot(nb, g, tig);
+      const uint2 b0 = Bk[0], b1 = Bk[32], b2 = Bk[64];
+#pragma unroll
+      for (int m = 0; m < 8; ++m) {
+        const uint4 a = A[(k * 8 + m) * 32];
+        float c[4] = {acc[0][2 * m], acc[1][2 * m], acc[0][2 * m + 1], acc[1][2 * m + 1]};
+        mma_bf16_16816(c, a, b2);  // the small pieces first
+        mma_bf16_16816(c, a, b1);
+        mma_bf16_16816(c, a, b0);
+        acc[0][2 * m] = c[0], acc[1][2 * m] = c[1], acc[0][2 * m + 1] = c[2], acc[1][2 * m + 1] = c[3];
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < kQ; ++q) {
+      float kb[kV];
+      load_f32<kV>(smem + L.off_kb() + mma_col(kV, g, q * kV), kb);
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int e = 0; e < kV; ++e) acc[r][q * kV + e] = fmaf(wj[r], kb[e], acc[r][q * kV + e]);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (il0 + r >= rows) continue;
+      const long long off = static_cast<long long>(t.v_begin + il0 + r) * kMmaK + kV * g;
+#pragma unroll
+      for (int q = 0; q < kQ; ++q) {
+        StateVec<T>::store(head + off + 8 * kV * q, &acc[r][q * kV]);
+        if constexpr (!std::is_void<R>::value) {
+          static_assert(kV == 4, "dual read copies are written from an fp32 update copy");
+          store_narrow4(rd + off + 8 * kV * q, &acc[r][q * kV]);
+        }
+      }
+    }
+  }
+}
+
 // CK: checkpoint type (the update copy when dual); RD: read-copy type, void when the checkpoint is shared.
 // kK: kPresetK or 0 (K at run time, gdn_device.cuh).
 // kSR: the flush's stores round stochastically (a 16-bit checkpoint or read copy), at step d_pos[row] + 1.
@@ -352,6 +495,9 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   const ReplaySmem L{K, l.interval, tile_rows, F};
   constexpr bool kDual = !std::is_void<RD>::value;
   using Src = typename std::conditional<kDual, RD, CK>::type;  // what a non-flush step reads
+  // The flush folds on tensor cores (flush_tile_mma) where K is the compiled 128 and the arithmetic is fp32.
+  constexpr bool kMma = kInner && !kArith && kK == kMmaK;
+  constexpr int kVF = StateVec<CK>::kVec;  // the flush streams CK
   const int v_begin = tile * tile_rows, v_end = min(V, v_begin + tile_rows);
   const long long head_off = (static_cast<long long>(slot) * HV + h) * V * K;
   const int src_span = kThreads / (K / StateVec<Src>::kVec) * kUnroll;  // rows of a non-flush chunk
@@ -446,6 +592,7 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   const int j = s_fill;  // the current token's entry
   const bool flush = j + 1 == l.interval;
   const int nent = j + 1;
+  const int ks_mma = kMma && flush ? (j + 15) / 16 : 0;  // k-steps of the tensor-core fold (entries < j)
   int arrivals = 0;
   if (tid == 0) {  // the cursor was read (a value in hand) before the arrival: the last arriver may advance it
     __threadfence();
@@ -485,7 +632,7 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
         const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) b[2 * i] = __uint_as_float(w[i] << 16), b[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-        if (keep_keys)  // entry e's flush terms: rows e·F .. e·F + F − 1 (reconstruct: F = 1, fp32 values)
+        if (keep_keys && !kMma)  // entry e's flush terms: rows e·F .. e·F + F − 1 (reconstruct: F = 1, fp32 values)
           for (int r = 0; r < F; ++r) {
 #pragma unroll
             for (int i = 0; i < 8; ++i) smem[L.off_keys() + (e * F + r) * ldk + n + i] = flush_operand_b(fa, b[i], r);
@@ -537,6 +684,27 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
       });
   }
   for (int e = warp + kKeysAhead * kWarps; e < nent; e += kWarps) key_entry(e, nullptr);
+  if constexpr (kMma) {
+    // The A operand of the tensor-core fold, a 16-byte fragment per thread and store (consecutive threads, consecutive
+    // fragments: no bank conflicts): fragment f = (k-step, m-tile T, lane (g, tig)) holds the keys of entries
+    // 16·k + 2·tig + {0, 1, 8, 9} at the lane's two columns of T (local 2T and 2T + 1), read from the ring (the key
+    // dots above just read these lines); zero for entry j and past it (entry j is folded with fmaf).
+    for (int f = tid; f < ks_mma * 256; f += kThreads) {
+      const int fl = f & 31, T = (f >> 5) & 7, e0 = (f >> 8) * 16 + 2 * (fl & 3);
+      uint32_t w[4];
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int hc = 0; hc < 2; ++hc) {
+          const uint16_t* kc = rk + mma_col(kVF, fl >> 2, 2 * T + hc);
+          const int e = e0 + 8 * half;
+          const uint32_t lo = e < j ? kc[static_cast<long long>(e) * HK * K] : 0u;
+          const uint32_t hi = e + 1 < j ? kc[static_cast<long long>(e + 1) * HK * K] : 0u;
+          w[2 * half + hc] = lo | hi << 16;
+        }
+      reinterpret_cast<uint4*>(smem + L.off_mma_a())[f] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  }
   __syncthreads();
   for (int e = tid; e < nent; e += kThreads) {
     const float Ge = e < j ? (e == tid ? G_own : rG[static_cast<long long>(e) * HV]) : G_t;
@@ -561,7 +729,7 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
       if constexpr (kInner) {
         ak = fmaf(smem[L.off_wk() + e], ue, ak);
         aq = fmaf(smem[L.off_wq() + e], ue, aq);
-        if (flush)
+        if (flush && !kMma)
           for (int r = 0; r < F; ++r)
             smem[L.off_uw() + (e * F + r) * tile_rows + il] = flush_operand_a(fa, smem[L.off_wf() + e] * ue, r);
       } else {
@@ -575,6 +743,37 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
 #pragma unroll 4
     for (int e = kUAhead; e < j; ++e) term(e, ru[static_cast<long long>(e) * HV * V + i]);
     if constexpr (kInner) smem[L.off_rk() + il] = ak, smem[L.off_rq() + il] = aq;
+    if (kMma && flush) {
+      // The B operand of the tensor-core fold for this row: per k-step and tig, the weights w_e·u_e of entries
+      // 16·k + 2·tig + {0, 1, 8, 9} in three bf16 pieces, one 8-byte store per piece (mma_b_slot); zero for entry j
+      // and past it (the keys there are zero too, and these must be finite).
+      uint2* Bw = reinterpret_cast<uint2*>(smem + L.off_mma_b());
+      for (int k = 0; k < ks_mma; ++k) {
+#pragma unroll
+        for (int tg = 0; tg < 4; ++tg) {
+          uint32_t pw[3][2];
+#pragma unroll
+          for (int b = 0; b < 4; ++b) {
+            const int ee = (b >> 1) * 8 + 2 * tg + (b & 1), e = 16 * k + ee;
+            float ue = 0.0f;
+            if (e < j) ue = bf16_bits_to_float(own && k == 0 ? u_pre[ee] : ru[static_cast<long long>(e) * HV * V + i]);
+            uint16_t pc[3];
+            split_bf16x3(e < j ? smem[L.off_wf() + e] * ue : 0.0f, pc);
+#pragma unroll
+            for (int p = 0; p < 3; ++p) {
+              if (b & 1)
+                pw[p][b >> 1] |= static_cast<uint32_t>(pc[p]) << 16;
+              else
+                pw[p][b >> 1] = pc[p];
+            }
+          }
+          const int nb = il >> 3;
+#pragma unroll
+          for (int p = 0; p < 3; ++p)
+            Bw[((nb * ks_mma + k) * 3 + p) * 32 + mma_b_slot(nb, il & 7, tg)] = make_uint2(pw[p][0], pw[p][1]);
+        }
+      }
+    }
   }
   if (!flush) {
     if (tile == 0 && h % vpk == 0)
@@ -618,7 +817,11 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     constexpr int kVec = StateVec<CK>::kVec;
     t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
     CK* ck = static_cast<CK*>(l.d_ckpt) + head_off + t.c * kVec;
-    if constexpr (kDual) {
+    if constexpr (kMma) {
+      RD* rd = nullptr;
+      if constexpr (kDual) rd = static_cast<RD*>(l.d_read) + head_off;
+      flush_tile_mma<CK, RD>(l, t, static_cast<CK*>(l.d_ckpt) + head_off, rd, smem, L, ks_mma);
+    } else if constexpr (kDual) {
       RD* rd = static_cast<RD*>(l.d_read) + head_off + t.c * kVec;
       stream_tile<CK, RD, kInner, true, kK / StateVec<CK>::kVec, kSR, kArith>(l, t, ck, rd, smem, L, chunk0, false);
     } else {
@@ -702,8 +905,14 @@ void launch_replay(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
   } else {
     kernel = preset ? gdn_replay_inner16_kernel<A, CK, RD, kPresetK> : gdn_replay_inner16_kernel<A, CK, RD, 0>;
   }
+  if (inner && !l.mma_fold) {  // the FFMA fold: the same kernels compiled for a run-time K
+    if constexpr (sizeof(CK) == 4)
+      kernel = gdn_replay_inner32_kernel<A, CK, RD, 0, false, false>;
+    else
+      kernel = gdn_replay_inner16_kernel<A, CK, RD, 0>;
+  }
   if constexpr (std::is_same<A, __nv_bfloat16>::value) {
-    if (vtiles > 1 && preset)
+    if (vtiles > 1 && preset && (l.mma_fold || !inner))
       kernel = inner ? gdn_replay_small_kernel<A, CK, RD, true> : gdn_replay_small_kernel<A, CK, RD, false>;
   }
   // A flush arithmetic other than fp32 (inner route), and stochastic rounding where a 16-bit copy is stored (an fp32

@@ -605,6 +605,176 @@ TEST_CASE("gdn cuda replay and dual: Qwen3.5-4B and Qwen3.5-122B, both routes", 
       }
 }
 
+// The inner route's flush folds the ring on tensor cores at K = 128 (GdnReplayLaunch::mma_fold): bf16 mma with each
+// weight w_e·u_e split in three bf16 pieces, which keeps fp32 accuracy. The emulation comparisons above allow 1e-3
+// (a flipped bf16 rounding of u), too loose to see a lost piece of the split (about 1e-5 relative) or a tile-order
+// slip; here one flush step from identical checkpoints and rings runs through both folds and the stored rows must
+// agree to fp32 rounding: at most 1% of state rows (a row whose u_t rounds to the other bf16 neighbour under the two
+// kernels' dot orders) above 2e-6 relative, none above 1e-2. A corrupted ring entry in one run must break that.
+TEST_CASE("gdn cuda replay: the tensor-core flush against the FFMA flush (Qwen3.5-4B, fp32, bf16 and dual)",
+          "[gpu][gdn][replay][dual]") {
+  if (!have_device()) return;
+  const GdnDims d = qwen4b();
+  const int HK = d.HK, HV = d.HV, K = d.K, V = d.V, rows = 6, pool = 8;
+  const size_t SE = static_cast<size_t>(HV) * V * K, OUT = static_cast<size_t>(HV) * V,
+               QK = static_cast<size_t>(HK) * K;
+  struct Run {
+    int interval, vt;
+    Format state;
+    bool dual, corrupt;
+  };
+  for (Run run : {Run{16, 1, Format::FP32, false, false}, Run{16, 0, Format::FP32, false, false},
+                  Run{32, 1, Format::FP32, false, false}, Run{16, 1, Format::FP32, true, false},
+                  Run{16, 1, Format::BF16, false, false}, Run{16, 0, Format::FP32, true, false},
+                  Run{16, 1, Format::FP32, false, true}}) {
+    const int KI = run.interval, cap = KI, j = KI - 1;  // every row flushes: fill interval − 1
+    const std::string name = fmt::format("K={} v_tiles={} state={}{}{}", KI, run.vt, format_name(run.state),
+                                         run.dual ? "+bf16" : "", run.corrupt ? " corrupted ring" : "");
+    std::mt19937_64 rng(std::hash<std::string>{}(name) ^ Catch::rngSeed());
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const Format sf = run.dual ? Format::FP32 : run.state;
+    std::vector<float> ck(pool * SE);
+    for (auto& x : ck) x = round_to(sf, 0.3f * normal(rng));
+    std::vector<uint16_t> ru(pool * cap * OUT, 0x7FC0), rk(pool * cap * QK, 0x7FC0);
+    std::vector<float> rG(pool * cap * HV, NAN);
+    for (int s = 0; s < pool; ++s)
+      for (int e = 0; e < j; ++e) {
+        for (size_t i = 0; i < OUT; ++i) ru[(s * cap + e) * OUT + i] = float_to_bf16_bits(0.5f * normal(rng));
+        for (int hk = 0; hk < HK; ++hk) {
+          std::vector<float> kv(K);
+          float ss = 0;
+          for (auto& x : kv) x = normal(rng), ss += x * x;
+          for (int n = 0; n < K; ++n) rk[((s * cap + e) * HK + hk) * K + n] = float_to_bf16_bits(kv[n] / std::sqrt(ss));
+        }
+        for (int h = 0; h < HV; ++h)
+          rG[(s * cap + e) * HV + h] = (e ? rG[(s * cap + e - 1) * HV + h] : 0.0f) - 0.05f * std::fabs(normal(rng));
+      }
+    const size_t aw = 2;
+    std::vector<float> q(rows * QK), k(rows * QK), v(rows * OUT), ag(rows * HV), bg(rows * HV);
+    for (auto* x : {&q, &k, &v, &ag, &bg})
+      for (auto& e : *x) e = round_bf16(normal(rng));
+    std::vector<int32_t> slots = {3, 0, 7, -1, 5, 2};  // one padded row; slots a permutation
+    // Two independent copies of everything a step writes; A folds on tensor cores, B with FFMA.
+    struct Copy {
+      DevBuf<uint8_t> ck, rd;
+      DevBuf<uint16_t> ru, rk;
+      DevBuf<float> rG;
+      DevBuf<int32_t> fill, arr;
+      DevBuf<uint8_t> out;
+      Copy(size_t ckb, size_t rdb, size_t nu, size_t nk, size_t ng, int pool, size_t outb)
+          : ck(ckb), rd(rdb), ru(nu), rk(nk), rG(ng), fill(pool), arr(pool), out(outb) {}
+    };
+    const size_t ckb = pool * SE * width(sf), rdb = run.dual ? pool * SE * 2 : 1;
+    Copy A(ckb, rdb, ru.size(), rk.size(), rG.size(), pool, rows * OUT * 4),
+        B(ckb, rdb, ru.size(), rk.size(), rG.size(), pool, rows * OUT * 4);
+    DevBuf<int32_t> dslot(rows);
+    dslot.put(slots);
+    DevBuf<uint8_t> dq(rows * QK * aw), dk(rows * QK * aw), dv(rows * OUT * aw), da(rows * HV * aw),
+        db(rows * HV * aw);
+    dq.put(encode(Format::BF16, q)), dk.put(encode(Format::BF16, k)), dv.put(encode(Format::BF16, v));
+    da.put(encode(Format::BF16, ag)), db.put(encode(Format::BF16, bg));
+    std::vector<float> A_log(HV), dt_bias(HV);
+    for (int h = 0; h < HV; ++h) A_log[h] = 0.5f * normal(rng), dt_bias[h] = 0.5f * normal(rng);
+    DevBuf<float> dA(HV), dBias(HV);
+    dA.put(A_log), dBias.put(dt_bias);
+    for (Copy* c : {&A, &B}) {
+      c->ck.put(encode(sf, ck));
+      c->ru.put(ru), c->rk.put(rk), c->rG.put(rG);
+      c->fill.put(std::vector<int32_t>(pool, j));
+      c->arr.put(std::vector<int32_t>(pool, 0));
+      CUDA_CHECK(cudaMemset(c->out.p, 0xFF, c->out.n));
+    }
+    if (run.corrupt) {  // one u entry of row 0's slot, value head 5, in B only
+      std::vector<uint16_t> bad = ru;
+      for (int i = 0; i < V; ++i) bad[(static_cast<size_t>(slots[0]) * cap + 3) * OUT + 5 * V + i] = float_to_bf16_bits(8.0f);
+      B.ru.put(bad);
+    }
+    for (Copy* c : {&A, &B}) {
+      GdnReplayLaunch l;
+      l.step.dims = d, l.step.batch = rows, l.step.d_slot = dslot.p, l.step.act_format = Format::BF16;
+      l.step.d_q = dq.p, l.step.d_k = dk.p, l.step.d_v = dv.p, l.step.d_a = da.p, l.step.d_b = db.p;
+      l.step.d_A_log = dA.p, l.step.d_dt_bias = dBias.p, l.step.eps = 1e-6f;
+      l.step.d_o = c->out.p, l.step.o_format = Format::FP32;
+      l.interval = KI, l.capacity = cap, l.route = GdnRoute::Inner, l.ckpt_format = sf, l.d_ckpt = c->ck.p;
+      l.dual = run.dual, l.read_format = Format::BF16, l.d_read = run.dual ? c->rd.p : nullptr;
+      l.d_ring_u = c->ru.p, l.d_ring_k = c->rk.p, l.d_ring_G = c->rG.p, l.d_fill = c->fill.p, l.d_arrive = c->arr.p;
+      l.v_tiles = run.vt;
+      l.mma_fold = c == &A;
+      gdn_replay_step(l, nullptr);
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    // Checkpoint rows (and the dual read copy's) of the active slots; padded slots untouched.
+    const auto decode = [&](const std::vector<uint8_t>& b, Format f) {
+      std::vector<float> x(b.size() / width(f));
+      for (size_t i = 0; i < x.size(); ++i) {
+        if (f == Format::FP32) {
+          std::memcpy(&x[i], &b[4 * i], 4);
+        } else {
+          uint16_t u;
+          std::memcpy(&u, &b[2 * i], 2);
+          x[i] = bf16_bits_to_float(u);
+        }
+      }
+      return x;
+    };
+    const std::vector<float> cA = decode(A.ck.get(), sf), cB = decode(B.ck.get(), sf);
+    const double row_tol = sf == Format::FP32 ? 2e-6 : 5e-3;  // a 16-bit row: one element a bf16 step apart
+    int over = 0, total = 0;
+    double worst = 0, changed = 0;
+    for (int r = 0; r < rows; ++r) {
+      if (slots[r] < 0) continue;
+      for (size_t row = 0; row < OUT; ++row, ++total) {
+        const size_t o = static_cast<size_t>(slots[r]) * SE + row * K;
+        double num = 0, den = 0, dif = 0;
+        for (int n = 0; n < K; ++n) {
+          num += (cA[o + n] - cB[o + n]) * double(cA[o + n] - cB[o + n]), den += double(cB[o + n]) * cB[o + n];
+          dif += std::fabs(cB[o + n] - ck[o + n]);
+        }
+        const double rel = std::sqrt(num / std::max(den, 1e-30));
+        over += rel > row_tol, worst = std::max(worst, rel), changed += dif;
+      }
+    }
+    std::vector<float> oA = decode(A.out.get(), Format::FP32), oB = decode(B.out.get(), Format::FP32);
+    double onum = 0, oden = 0;
+    long long unwritten = 0;
+    for (int r = 0; r < rows; ++r)
+      for (size_t i = 0; i < OUT; ++i) {
+        const float a = oA[r * OUT + i], b = oB[r * OUT + i];
+        if (slots[r] < 0) {
+          unwritten += !std::isnan(a) || !std::isnan(b);  // padded rows' outputs stay poisoned
+          continue;
+        }
+        unwritten += std::isnan(a) || std::isnan(b);
+        onum += double(a - b) * (a - b), oden += double(b) * b;
+      }
+    fmt::print("tensor-core vs FFMA flush, {:<40} state rows over {:.0e}: {}/{}, worst {:.2e}; outputs {:.2e}\n", name,
+               row_tol, over, total, worst, std::sqrt(onum / oden));
+    INFO(name << ": " << over << " of " << total << " state rows over " << row_tol << ", worst " << worst);
+    CHECK(changed > 0);  // the flush wrote the checkpoint
+    CHECK(unwritten == 0);
+    if (run.corrupt) {
+      CHECK(worst > 1e-2);  // the comparison can fail
+      continue;
+    }
+    CHECK(over <= total / 100);
+    CHECK(worst <= 1e-2);
+    CHECK(std::sqrt(onum / oden) <= 1e-5);
+    if (run.dual) {  // the read copies: the update copies' rows rounded, so equal wherever those are
+      const std::vector<float> dA16 = decode(A.rd.get(), Format::BF16), dB16 = decode(B.rd.get(), Format::BF16);
+      long long differ = 0, unrounded = 0;
+      for (int r = 0; r < rows; ++r)
+        if (slots[r] >= 0)
+          for (size_t i = 0; i < SE; ++i) {
+            const size_t o = static_cast<size_t>(slots[r]) * SE + i;
+            differ += dA16[o] != dB16[o];
+            unrounded += dA16[o] != round_bf16(cA[o]);
+          }
+      CHECK(unrounded == 0);
+      CHECK(differ <= static_cast<long long>(5 * SE / 1000));
+    }
+  }
+}
+
 TEST_CASE("gdn cuda replay and dual: flush arithmetic tf32, 3xtf32, bf16 operands (inner route)", "[gpu][gdn][arith]") {
   if (!have_device()) return;
   for (Arith m : {Arith::TF32, Arith::TF32x3, Arith::BF16})
