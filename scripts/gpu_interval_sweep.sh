@@ -2,7 +2,8 @@
 # Every geometry preset's GPU interval sweep (analysis figure 3, report rows "best measured interval"): on the H200,
 # from the repository root with the dist/ bundle of a CUDA build (scripts/make_dist.sh build-cuda), one
 # bench_mamba2_cuda / bench_gdn_cuda run per preset of lib/model/model.cpp at batch 256: eager fp32, and replay
-# (GDN: both routes, fp32) / dual amortised over intervals 4, 8, 16, 32. About 70 s on an H200. Output:
+# (GDN: both routes, fp32) / dual amortised over intervals 4, 8, 16, 32 (Mamba-2: the per-head kernel and the grouped
+# one the cuda decoder runs, replay_g / dual_g, where the benchmark has its rows). About 90 s on an H200. Output:
 # $OUT/interval_sweep_<preset>.json (default OUT=./gpu_out); commit them under benchmarks/interval_sweep/ with the
 # GPU in the name (interval_sweep_<preset>.h200.json).
 set -uo pipefail
@@ -20,7 +21,7 @@ run() {  # bench preset filter
   [ $rc -eq 0 ] || status=1
 }
 for p in nemotron3-nano-4b nemotron3-super-120b nemotron3-ultra-550b nemotron3-nano-30b granite4-h-small; do
-  run bench_mamba2_cuda "$p" '^(ceiling|eager/fp32/batch:256/|(replay|dual)/[^/]*/K[0-9]+/amortised/batch:256/)'
+  run bench_mamba2_cuda "$p" '^(ceiling|eager/fp32/batch:256/|(replay|dual)(_g)?/[^/]*/K[0-9]+/amortised/batch:256/)'
 done
 for p in qwen35-4b qwen35-122b; do
   run bench_gdn_cuda "$p" '^(ceiling|eager/fp32/batch:256/|replay/[a-z]*/fp32/K[0-9]+/amortised/batch:256/)'
