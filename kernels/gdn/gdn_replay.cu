@@ -38,6 +38,7 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/mma_fold.cuh"
 #include "gdn/gdn_device.cuh"
 
 namespace rssm {
@@ -70,9 +71,9 @@ struct ReplaySmem {
   // [8-row block][ks][piece][lane][4]. ks: k-steps of 16 entries over the entries before the current one.
   __host__ __device__ int mma_ks() const { return (E - 1 + 15) / 16; }
   __host__ __device__ int off_mma_a() const { return off_keys(); }
-  __host__ __device__ int off_mma_b() const { return off_keys() + mma_ks() * 1024; }
+  __host__ __device__ int off_mma_b() const { return off_keys() + mma_a_floats(mma_ks()); }
   __host__ __device__ int floats() const {
-    const int fma = off_uw() + E * F * rows, mma = off_mma_b() + (rows + 7) / 8 * mma_ks() * 192;
+    const int fma = off_uw() + E * F * rows, mma = off_mma_b() + mma_b_floats(mma_ks(), rows);
     return fma > mma ? fma : mma;
   }
 };
@@ -336,39 +337,11 @@ __device__ __forceinline__ void stream_tile(const GdnReplayLaunch& l, const Tile
   }
 }
 
-// ---- The flush's fold on tensor cores (inner route, fp32 flush arithmetic, K = 128) ----
-// The fold S_c <- e^{G_t}·S_c + Σ_{e<j} (w_e·u_e[i])·k_e + (w_j·u_t[i])·k_j is a rank-j update of each head's
-// [V, K] state: the entries before j as mma.m16n8k16 (bf16 operands, fp32 accumulation) on the transposed tile,
-// D[m = state column][n = state row] += A[m][e]·B[e][n] with A = the keys (bf16 in the ring: exact) and B = w_e·u_e
-// (an fp32 product) split into three bf16 pieces hi + mid + lo, which hold its 24 bits: every product is exact and
-// the tensor core's fp32 sums are the tile-order freedom of docs/fp_contract.md's bounded half. Entry j, whose u_t
-// comes from this step's row dots, is folded with fmaf after them. The FFMA fold (stream_tile) issued 16 FFMAs and
-// 5 shared-memory loads per state element and entry; this issues 3 mma per 16x8 tile of 16 entries.
-//
-// Thread (g = lane / 4, tig = lane % 4) of a warp holds an 8-row block's rows 2·tig and 2·tig + 1, 16 columns each:
-// local column idx (0..15) is state column kVec·g + 8·kVec·(idx / kVec) + idx % kVec, so a row's columns are
-// 16 / kVec whole 16-byte vectors and a warp's load of one vector index covers 4 rows x 128 contiguous bytes. Local
-// columns 2·T and 2·T + 1 are the mma rows g and g + 8 of m-tile T.
-constexpr int kMmaK = 128;  // the state columns a warp's 8 m-tiles cover
-
-__device__ __host__ inline int mma_col(int kv, int g, int idx) { return kv * g + 8 * kv * (idx / kv) + idx % kv; }
-
-// The B operand's 8-byte word of lane (g, tig) of 8-row block nb, in its group of 32 [block][k-step][piece]: the
-// lane's tig is XOR-swizzled by (g / 4, nb % 2) so that the 16 rows of a half-warp staging one (k-step, piece, tig)
-// store to 16 different bank pairs (unswizzled they hit 4); the reading warp still covers all 32 words.
-__device__ inline int mma_b_slot(int nb, int g, int tig) { return 4 * g + (tig ^ (((g >> 2) & 1) + 2 * (nb & 1))); }
-// w as hi + mid + lo, each a bf16 value (the differences are exact in fp32): the bits of each piece.
-__device__ inline void split_bf16x3(float w, uint16_t (&b)[3]) {
-  const float hi = round_bf16_hw(w), r = w - hi, mid = round_bf16_hw(r), lo = round_bf16_hw(r - mid);
-  b[0] = static_cast<uint16_t>(__float_as_uint(hi) >> 16);
-  b[1] = static_cast<uint16_t>(__float_as_uint(mid) >> 16);
-  b[2] = static_cast<uint16_t>(__float_as_uint(lo) >> 16);
-}
-__device__ inline void mma_bf16_16816(float (&c)[4], const uint4& a, uint2 b) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b.x), "r"(b.y));
-}
+// ---- The flush's fold on tensor cores (inner route, fp32 flush arithmetic, K = 128; common/mma_fold.cuh) ----
+// S_c <- e^{G_t}·S_c + Σ_{e<j} (w_e·u_e[i])·k_e + (w_j·u_t[i])·k_j: the entries before j on tensor cores (A = the
+// ring's keys, B = w_e·u_e in three bf16 pieces), entry j, whose u_t comes from this step's row dots, with fmaf after
+// them. The FFMA fold (stream_tile) issued per state element and entry one FFMA and a share of 5 shared-memory loads.
+constexpr int kMmaK = kMmaCols;
 
 // The flush of one CTA's tile: T the checkpoint (the update copy when dual, R the read-copy type, else void); `head`
 // and `rd` point at row 0, column 0 of the head. ks: k-steps staged (ReplaySmem::mma_ks of this step's j). Each warp
@@ -379,8 +352,8 @@ __device__ __forceinline__ void flush_tile_mma(const GdnReplayLaunch& l, const T
                                                const float* smem, const ReplaySmem& L, int ks) {
   constexpr int kV = StateVec<T>::kVec, kQ = 16 / kV;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
-  const uint4* A = reinterpret_cast<const uint4*>(smem + L.off_mma_a()) + lane;  // + (ks·8 + T)·32
-  const uint2* B = reinterpret_cast<const uint2*>(smem + L.off_mma_b());  // + ((block·ks + k)·3 + p)·32 + slot
+  const uint4* A = reinterpret_cast<const uint4*>(smem + L.off_mma_a()) + lane;
+  const uint2* B = reinterpret_cast<const uint2*>(smem + L.off_mma_b());
   const float* s_rk = smem + L.off_rk();
   const float* s_rq = smem + L.off_rq();
   const float* s_v = smem + L.off_v();
@@ -431,19 +404,7 @@ __device__ __forceinline__ void flush_tile_mma(const GdnReplayLaunch& l, const T
     for (int r = 0; r < 2; ++r)
 #pragma unroll
       for (int c = 0; c < 16; ++c) acc[r][c] *= t.dt;
-    for (int k = 0; k < ks; ++k) {
-      const uint2* Bk = B + ((nb * ks + k) * 3) * 32 + mma_b_slot(nb, g, tig);
-      const uint2 b0 = Bk[0], b1 = Bk[32], b2 = Bk[64];
-#pragma unroll
-      for (int m = 0; m < 8; ++m) {
-        const uint4 a = A[(k * 8 + m) * 32];
-        float c[4] = {acc[0][2 * m], acc[1][2 * m], acc[0][2 * m + 1], acc[1][2 * m + 1]};
-        mma_bf16_16816(c, a, b2);  // the small pieces first
-        mma_bf16_16816(c, a, b1);
-        mma_bf16_16816(c, a, b0);
-        acc[0][2 * m] = c[0], acc[1][2 * m] = c[1], acc[0][2 * m + 1] = c[2], acc[1][2 * m + 1] = c[3];
-      }
-    }
+    mma_fold_block(acc, A, B, nb, ks, g, tig);
 #pragma unroll
     for (int q = 0; q < kQ; ++q) {
       float kb[kV];
@@ -689,21 +650,10 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     // fragments: no bank conflicts): fragment f = (k-step, m-tile T, lane (g, tig)) holds the keys of entries
     // 16·k + 2·tig + {0, 1, 8, 9} at the lane's two columns of T (local 2T and 2T + 1), read from the ring (the key
     // dots above just read these lines); zero for entry j and past it (entry j is folded with fmaf).
-    for (int f = tid; f < ks_mma * 256; f += kThreads) {
-      const int fl = f & 31, T = (f >> 5) & 7, e0 = (f >> 8) * 16 + 2 * (fl & 3);
-      uint32_t w[4];
-#pragma unroll
-      for (int half = 0; half < 2; ++half)
-#pragma unroll
-        for (int hc = 0; hc < 2; ++hc) {
-          const uint16_t* kc = rk + mma_col(kVF, fl >> 2, 2 * T + hc);
-          const int e = e0 + 8 * half;
-          const uint32_t lo = e < j ? kc[static_cast<long long>(e) * HK * K] : 0u;
-          const uint32_t hi = e + 1 < j ? kc[static_cast<long long>(e + 1) * HK * K] : 0u;
-          w[2 * half + hc] = lo | hi << 16;
-        }
-      reinterpret_cast<uint4*>(smem + L.off_mma_a())[f] = make_uint4(w[0], w[1], w[2], w[3]);
-    }
+    for (int f = tid; f < ks_mma * 256; f += kThreads)
+      reinterpret_cast<uint4*>(smem + L.off_mma_a())[f] = mma_a_fragment(f, kVF, [&](int e, int col) -> uint16_t {
+        return e < j ? rk[static_cast<long long>(e) * HK * K + col] : uint16_t(0);
+      });
   }
   __syncthreads();
   for (int e = tid; e < nent; e += kThreads) {
@@ -751,26 +701,15 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
       for (int k = 0; k < ks_mma; ++k) {
 #pragma unroll
         for (int tg = 0; tg < 4; ++tg) {
-          uint32_t pw[3][2];
+          float w[4];
 #pragma unroll
           for (int b = 0; b < 4; ++b) {
-            const int ee = (b >> 1) * 8 + 2 * tg + (b & 1), e = 16 * k + ee;
+            const int e = mma_entry(k, tg, b), ee = mma_entry(0, tg, b);  // ee: e at k = 0, a compile-time index
             float ue = 0.0f;
             if (e < j) ue = bf16_bits_to_float(own && k == 0 ? u_pre[ee] : ru[static_cast<long long>(e) * HV * V + i]);
-            uint16_t pc[3];
-            split_bf16x3(e < j ? smem[L.off_wf() + e] * ue : 0.0f, pc);
-#pragma unroll
-            for (int p = 0; p < 3; ++p) {
-              if (b & 1)
-                pw[p][b >> 1] |= static_cast<uint32_t>(pc[p]) << 16;
-              else
-                pw[p][b >> 1] = pc[p];
-            }
+            w[b] = e < j ? smem[L.off_wf() + e] * ue : 0.0f;
           }
-          const int nb = il >> 3;
-#pragma unroll
-          for (int p = 0; p < 3; ++p)
-            Bw[((nb * ks_mma + k) * 3 + p) * 32 + mma_b_slot(nb, il & 7, tg)] = make_uint2(pw[p][0], pw[p][1]);
+          mma_stage_b(Bw, ks_mma, k, il, tg, w);
         }
       }
     }

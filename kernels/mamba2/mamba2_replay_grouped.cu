@@ -8,7 +8,8 @@
 //   D  the hc heads' tiles streamed back to back, register double-buffered (the next chunk's loads are issued
 //      before the current chunk is reduced, across head boundaries) and the next head's tile prefetched into L2,
 //      so the memory pipe does not drain between heads. A flushing row folds the ring into each head's tile in
-//      turn (its x·weights per head in shared memory, computed just before that head's stream).
+//      turn (its x·weights per head in shared memory, computed just before that head's stream); on a 16-bit
+//      checkpoint at N = 128 on tensor cores (grouped_flush_head_mma, common/mma_fold.cuh).
 // Why: the one-CTA-per-head kernel pays the slot -> cursor -> ring chain of dependent reads once per head and
 // needed 8 resident CTAs per SM to hide it; here it is paid once per hc heads, so fewer, longer-lived CTAs
 // (4 per SM, 128 registers, no spills) keep the bandwidth busy. Shape (grouped_shape): hc = 16 at batch 256 and
@@ -27,6 +28,7 @@
 
 #include "common/cuda_check.h"
 #include "common/device_query.h"
+#include "common/mma_fold.cuh"
 #include "common/pipeline.cuh"
 #include "mamba2/mamba2_device.cuh"
 
@@ -71,7 +73,15 @@ struct GroupedSmem {
   __host__ __device__ int off_sB() const { return off_u() + rows * E4(); }   // kSmall: [spec][N] ring B codes
   __host__ __device__ int off_sdl() const { return off_sB() + spec * N / 2; } // kSmall: [spec] ring (Δ, Λ), hc = 1
   __host__ __device__ int off_sx() const { return off_sdl() + up4(2 * spec); } // kSmall: [spec][rows8] ring x codes
-  __host__ __device__ int floats() const { return off_sx() + spec * rows8() / 2; }
+  // The tensor-core flush (N = 128, not kSmall: grouped_flush_head_mma) stages its operands over the B_e and x·weight
+  // regions instead, in common/mma_fold.cuh's fragment order; k-steps of 16 over the interval's entries.
+  __host__ __device__ int mma_ks() const { return (E + 15) / 16; }
+  __host__ __device__ int off_mma_a() const { return off_B(); }
+  __host__ __device__ int off_mma_b() const { return off_B() + mma_a_floats(mma_ks()); }
+  __host__ __device__ int floats() const {
+    const int fma = off_sx() + spec * rows8() / 2, mma = off_mma_b() + mma_b_floats(mma_ks(), rows);
+    return fma > mma ? fma : mma;
+  }
 };
 
 // Split heads (one head per CTA in several P-tiles: the small-batch shape) read the ring ahead of the cursor.
@@ -261,6 +271,69 @@ __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t,
 __device__ inline float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ inline float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xFFFF0000u); }
 
+// Flush of head hl on tensor cores (N = 128; common/mma_fold.cuh): the same step as grouped_flush_head, the fold's
+// order the tensor core's (fp32 sums, exact products: docs/fp_contract.md's bounded half). Each warp takes 8-row
+// blocks of the head: loads them, their dots with C_t (the outputs, from the update copy as above), decays, folds
+// every entry (the current token's included: its x and B are known before the step) from the staged operands, stores.
+// ks: k-steps staged. The FFMA fold issued per state element and entry an FFMA and a share of a weight load; the
+// fp32 K16 flush at batch 256 was bound by load latency at 16 warps per SM (benchmarks/experiments/README.md).
+template <class T, class RDT>
+__device__ void grouped_flush_head_mma(const Mamba2StepArgs& a, const GroupedCtx& t, int hl, T* ck, RDT* rd,
+                                       const float* smem, const GroupedSmem& L, int ks) {
+  constexpr int kV = StateVec<T>::kVec, kQ = 16 / kV;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+  const uint4* A = reinterpret_cast<const uint4*>(smem + L.off_mma_a()) + lane;
+  const uint2* B = reinterpret_cast<const uint2*>(smem + L.off_mma_b());
+  const float decay = smem[L.off_decay() + hl];
+  const int qh = hl * t.rows;
+  const long long head = t.slot_off + (t.pair_base + qh) * kMmaCols;  // row pl of the head: head + pl·N
+  for (int nb = warp; nb < (t.rows + 7) / 8; nb += kThreads / 32) {
+    const int il0 = nb * 8 + 2 * tig;
+    float acc[2][16];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const bool live = il0 + r < t.rows;
+      const T* p = ck + head + static_cast<long long>(il0 + r) * kMmaCols + kV * g;
+#pragma unroll
+      for (int q = 0; q < kQ; ++q)
+        StateVec<T>::unpack(live ? __ldcs(reinterpret_cast<const uint4*>(p + 8 * kV * q)) : make_uint4(0, 0, 0, 0),
+                            &acc[r][q * kV]);
+    }
+    float d[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int q = 0; q < kQ; ++q)
+#pragma unroll
+      for (int e = 0; e < kV; ++e) {
+        const float c = smem[L.off_C() + mma_col(kV, g, q * kV) + e];
+        d[0] = fmaf(acc[0][q * kV + e], c, d[0]);
+        d[1] = fmaf(acc[1][q * kV + e], c, d[1]);
+      }
+#pragma unroll
+    for (int o = 4; o < 32; o <<= 1) d[0] += __shfl_xor_sync(0xFFFFFFFFu, d[0], o), d[1] += __shfl_xor_sync(0xFFFFFFFFu, d[1], o);
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if (g == 0 && il0 + r < t.rows) out_pair(a, t, smem, L, qh + il0 + r, d[r]);
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int c = 0; c < 16; ++c) acc[r][c] *= decay;
+    mma_fold_block(acc, A, B, nb, ks, g, tig);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      if (il0 + r >= t.rows) continue;
+      const long long off = head + static_cast<long long>(il0 + r) * kMmaCols + kV * g;
+#pragma unroll
+      for (int q = 0; q < kQ; ++q) {
+        StateVec<T>::store(ck + off + 8 * kV * q, &acc[r][q * kV]);
+        if constexpr (!std::is_void<RDT>::value) {
+          static_assert(kV == 4, "dual read copies are written from an fp32 update copy");
+          store_narrow4(rd + off + 8 * kV * q, &acc[r][q * kV]);
+        }
+      }
+    }
+  }
+}
+
 // kN: kPresetN or 0 (N at run time, mamba2_device.cuh). kSmall: grouped_small's shape (the header comment).
 template <class A, class CK, class RD, int kN, bool kSmall>
 __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
@@ -283,6 +356,11 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   const int np = hc * rows, E4 = L.E4();
   constexpr bool kDual = !std::is_void<RD>::value;
   using Src = typename std::conditional<kDual, RD, CK>::type;
+  // The flush folds on tensor cores (grouped_flush_head_mma) on a 16-bit checkpoint. On fp32 update copies it was
+  // slower on the H200 (Super-120B, batch 256, K16: fp32 flush 799 -> 858 us, dual 961 -> 1027; K32 fp32 1329 -> 1176
+  // with the amortised step unchanged) while bf16 gained (flush 652 -> 529, amortised 201 -> 193):
+  // benchmarks/experiments/README.md, "the flush's fold on tensor cores".
+  constexpr bool kMma = kN == kMmaCols && !kSmall && sizeof(CK) == 2;
   const long long slot_off = static_cast<long long>(slot) * H * P * N;
   // Pairs are contiguous from (h0, p_begin) in every [.., H, P] array: hc = 1 or the tile is the whole head.
   const long long pair_base = static_cast<long long>(h0) * P + p_begin;
@@ -436,7 +514,7 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
         }
 #pragma unroll
         for (int m = 0; m < 8; ++m) acc[v] = fmaf(b[m], smem[L.off_C() + 8 * k + m], acc[v]);
-        if (flush) {
+        if (flush && !kMma) {
           float4* dst = reinterpret_cast<float4*>(smem + L.off_B() + e * N + 8 * k);
           dst[0] = make_float4(b[0], b[1], b[2], b[3]);
           dst[1] = make_float4(b[4], b[5], b[6], b[7]);
@@ -536,10 +614,44 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
     grouped_read<Src, kLanes<Src, kN>>(a, t, static_cast<const Src*>(src_copy), smem, L);
   } else {
     CK* ck = static_cast<CK*>(l.d_ckpt);
+    using RDv = typename std::conditional<kDual, RD, void>::type;
+    RDv* rd = kDual ? static_cast<RDv*>(l.d_read) : nullptr;
+    [[maybe_unused]] const int ks = (nent + 15) / 16;  // the tensor-core fold's k-steps
+    if constexpr (kMma) {
+      // The A operand, once for the CTA's heads (the group's B_e): the ring's entries before j and B_t as entry j
+      // (visible to the fold after the first head's staging barrier).
+      for (int f = tid; f < ks * 256; f += kThreads)
+        reinterpret_cast<uint4*>(smem + L.off_mma_a())[f] =
+            mma_a_fragment(f, StateVec<CK>::kVec, [&](int e, int col) -> uint16_t {
+              return e < j ? rB[static_cast<long long>(e) * G * N + col]
+                           : e == j ? static_cast<uint16_t>(ismem[L.off_Bbits() + col]) : uint16_t(0);
+            });
+    }
     for (int hl = 0; hl < hc; ++hl) {
       if (hl + 1 < hc)
         prefetch_l2(ck + slot_off + (pair_base + static_cast<long long>(hl + 1) * P) * N,
                     static_cast<long long>(rows) * N * sizeof(CK));
+      if constexpr (kMma) {
+        // The B operand of this head: x_e·weight per (row, entry), 16 rows of a half-warp per (k-step, tig); zero past
+        // the entries (the keys there are zero, these must be finite).
+        uint2* Bw = reinterpret_cast<uint2*>(smem + L.off_mma_b());
+        for (int i = tid; i < rows * 4 * ks; i += kThreads) {
+          const int pl = i % rows, tg = i / rows % 4, k = i / (rows * 4), q = hl * rows + pl;
+          float w[4];
+#pragma unroll
+          for (int b = 0; b < 4; ++b) {
+            const int e = mma_entry(k, tg, b);
+            const float xe = e < j ? bf16_bits_to_float(rx[static_cast<long long>(e) * H * P + q])
+                                   : e == j ? to_buffer_f32(x[q]) : 0.0f;
+            w[b] = e < nent ? smem[L.off_wf() + hl * E4 + e] * xe : 0.0f;
+          }
+          mma_stage_b(Bw, ks, k, pl, tg, w);
+        }
+        __syncthreads();
+        grouped_flush_head_mma<CK, RDv>(a, t, hl, ck, rd, smem, L, ks);
+        __syncthreads();
+        continue;
+      }
       // This head's x·weight per (row, entry); the previous head's are no longer read (barrier at the loop end).
       const int hitems = rows * nent;
       for (int i = tid; i < hitems; i += kThreads) {
@@ -550,8 +662,6 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
         smem[L.off_u() + pl * E4 + e] = smem[L.off_wf() + hl * E4 + e] * xe;
       }
       __syncthreads();
-      using RDv = typename std::conditional<kDual, RD, void>::type;
-      RDv* rd = kDual ? static_cast<RDv*>(l.d_read) : nullptr;
       // Not in kSmall: there the flush is a chain of latencies, and the registers would spill its prologue.
       if constexpr (sizeof(CK) == 4 && !kSmall) {
         if (l.interval == 16) {  // the flush folds nent = interval entries
