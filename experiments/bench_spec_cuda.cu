@@ -7,7 +7,7 @@
 // issue 12's targets, which it prints as a table at the end. Not a correctness test (tests/gpu/ is).
 //
 //   bench_spec_cuda [--only=mamba2|gdn] [--mamba2-preset=NAME] [--gdn-preset=NAME] [--p=0.7] [--verify-heads=N]
-//                   [--gdn-l2-ahead=N] [--smoke] [--once] [google benchmark flags]
+//                   [--gdn-l2-ahead=N] [--gdn-fold-tune] [--smoke] [--once] [google benchmark flags]
 //     --only    one family (default both: Nemotron-3 Super-120B Mamba-2 and Qwen3.5-4B GDN)
 //     --p       per-draft acceptance probability of the amortised figures (default 0.7)
 //     --smoke   a few tiny cases (batch 1 and 3, T 2 and 4), one repetition (ctest); exits 0 without a GPU
@@ -15,6 +15,10 @@
 //     --verify-heads  Mamba2VerifyLaunch::heads_per_cta of the Mamba-2 verify (default 0: the launcher's pick, the
 //               grouped kernel at serving batches; 1: the per-head kernel)
 //     --gdn-l2-ahead  GdnVerifyLaunch::l2_ahead of the GDN verify (default: the struct's, 0; -1: whole tiles)
+//     --gdn-fold-tune  adds a twin of every GDN case whose flushes fold with FFMA instead of the tensor cores
+//               (GdnVerifyLaunch::mma_fold = false, and GdnReplayLaunch::mma_fold = false for its standard replay
+//               step, so its ratios compare like with like), named gdn/T:N/fold:fma/batch:B; the targets table
+//               reads the default rows only
 //   The Mamba-2 standard replay step is the kernel the cuda decoder runs: the grouped one wherever it accepts the
 //   launch (mamba2_grouped_accepts), else the per-head one.
 //   JSON: --benchmark_out=FILE --benchmark_out_format=json (context: GPU, date, driver, git commit, ceilings,
@@ -62,6 +66,7 @@ struct Options {
   int interval = 16;
   int verify_heads = 0;
   int gdn_l2_ahead = GdnVerifyLaunch{}.l2_ahead;
+  bool gdn_fold_tune = false;
   bool smoke = false, once = false;
 };
 Options g_opt;
@@ -75,12 +80,13 @@ struct Config {
   Fam fam;
   int window;
   int batch;
+  bool fma_fold = false;  // GDN: the verify's and the standard replay step's mma_fold = false (named .../fold:fma)
 };
 int hist_of(const Config& c) { return g_opt.interval + c.window; }  // L_hist = interval + T (METHOD.md)
 
 std::string bench_name(const Config& c) {
   return std::string(c.fam == Fam::Mamba2 ? "mamba2" : "gdn") + "/T:" + std::to_string(c.window) +
-         "/batch:" + std::to_string(c.batch);
+         (c.fma_fold ? "/fold:fma" : "") + "/batch:" + std::to_string(c.batch);
 }
 
 // ---- acceptance schedule ----
@@ -480,12 +486,14 @@ void bm_gdn(benchmark::State& st, Config c) {
   lv.ckpt_format = Format::FP32, lv.d_ckpt = ck.p;
   lv.d_ring_u = ru.p, lv.d_ring_k = rk.p, lv.d_ring_G = rG.p, lv.d_fill = spec_fill.p, lv.d_base = base.p;
   lv.l2_ahead = g_opt.gdn_l2_ahead;
+  lv.mma_fold = !c.fma_fold;
   GdnEagerVerifyLaunch le;
   le.step = a, le.window = T, le.state_format = Format::FP32, le.d_state = drafts.p, le.d_cur = cur.p;
   GdnReplayLaunch lr;  // inner route: the one the verify uses
   lr.step = a, lr.interval = KI, lr.capacity = cap, lr.route = GdnRoute::Inner;
   lr.ckpt_format = Format::FP32, lr.d_ckpt = ck.p;
   lr.d_ring_u = ru.p, lr.d_ring_k = rk.p, lr.d_ring_G = rG.p, lr.d_fill = rep_fill.p, lr.d_arrive = arrive.p;
+  lr.mma_fold = !c.fma_fold;
 
   Steps k;
   k.verify = [lv](cudaStream_t st_) { gdn_verify(lv, st_); };
@@ -562,8 +570,16 @@ void register_all() {
     for (int b : batches)
       for (int T : windows) {
         const Config c{f, T, b};
-        if (f == Fam::Mamba2) add(bench_name(c), [c](benchmark::State& st) { bm_mamba2(st, c); });
-        else add(bench_name(c), [c](benchmark::State& st) { bm_gdn(st, c); });
+        if (f == Fam::Mamba2) {
+          add(bench_name(c), [c](benchmark::State& st) { bm_mamba2(st, c); });
+          continue;
+        }
+        add(bench_name(c), [c](benchmark::State& st) { bm_gdn(st, c); });
+        if (g_opt.gdn_fold_tune) {  // the FFMA-fold twin right after its default row, for the A/B
+          Config cf = c;
+          cf.fma_fold = true;
+          add(bench_name(cf), [cf](benchmark::State& st) { bm_gdn(st, cf); });
+        }
       }
   }
   for (int b : batches)
@@ -589,7 +605,7 @@ void print_targets() {
   };
   const Published published[] = {{Fam::Mamba2, "mamba2", 1488, 353, 356}, {Fam::GDN, "gdn", 799, 187, 153}};
   for (const Published& pub : published) {
-    const Config c{pub.fam, T, B};
+    const Config c{pub.fam, T, B};  // fma_fold false: the default (tensor-core fold) rows, never the fold:fma twins
     const auto it = g_times.find(bench_name(c));
     const bool ran = it != g_times.end() && !it->second.empty();
     std::map<std::string, double> d;
@@ -657,6 +673,7 @@ int main(int argc, char** argv) {
     else if (a == "--once") g_opt.once = true;
     else if (a.rfind("--verify-heads=", 0) == 0) g_opt.verify_heads = integer_of(a, 15);
     else if (a.rfind("--gdn-l2-ahead=", 0) == 0) g_opt.gdn_l2_ahead = integer_of(a, 15);
+    else if (a == "--gdn-fold-tune") g_opt.gdn_fold_tune = true;
     else rest.push_back(argv[i]);
   }
   if (!g_opt.only.empty() && g_opt.only != "mamba2" && g_opt.only != "gdn") {
@@ -710,6 +727,9 @@ int main(int argc, char** argv) {
                                 g_opt.verify_heads == 0 ? "launcher's pick" : std::to_string(g_opt.verify_heads));
     benchmark::AddCustomContext("mamba2_standard_step", "grouped where mamba2_grouped_accepts, else per-head");
     benchmark::AddCustomContext("gdn_verify_l2_ahead", std::to_string(g_opt.gdn_l2_ahead));
+    benchmark::AddCustomContext("gdn_fold", g_opt.gdn_fold_tune
+                                                ? "tensor cores; .../fold:fma rows: FFMA (mma_fold false)"
+                                                : "tensor cores (mma_fold default)");
     benchmark::AddCustomContext("hist", "interval + T");
     benchmark::AddCustomContext("p", std::to_string(g_opt.p));
     benchmark::AddCustomContext("nonflush_fill", std::to_string(kNonflushFill));

@@ -17,6 +17,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
+
+#include "common/state_vec.cuh"
 
 namespace rssm {
 
@@ -74,14 +77,18 @@ __device__ inline void mma_bf16_16816(float (&c)[4], const uint4& a, uint2 b) {
 
 // Folds the staged k-steps into the accumulators of one 8-row block (acc[r][idx]: row 2·tig + r, local column idx),
 // the small pieces first. A: this lane's fragments (+ (k·8 + T)·32); Bk: this lane's word of block nb, k-step 0.
-__device__ inline void mma_fold_block(float (&acc)[2][16], const uint4* A, const uint2* B, int nb, int ks, int g,
-                                      int tig) {
+// kPart of kParts: only m-tiles kPart·8 / kParts .., acc holding their local columns (a fold by parts holds fewer
+// accumulators; the sums of each element are the same).
+template <int kPart = 0, int kParts = 1>
+__device__ inline void mma_fold_block(float (&acc)[2][16 / kParts], const uint4* A, const uint2* B, int nb, int ks,
+                                      int g, int tig) {
+  constexpr int kM = 8 / kParts, kM0 = kPart * kM;
   for (int k = 0; k < ks; ++k) {
     const uint2* Bk = B + ((nb * ks + k) * 3) * 32 + mma_b_slot(nb, g, tig);
     const uint2 b0 = Bk[0], b1 = Bk[32], b2 = Bk[64];
 #pragma unroll
-    for (int m = 0; m < 8; ++m) {
-      const uint4 a = A[(k * 8 + m) * 32];
+    for (int m = 0; m < kM; ++m) {
+      const uint4 a = A[(k * 8 + kM0 + m) * 32];
       float c[4] = {acc[0][2 * m], acc[1][2 * m], acc[0][2 * m + 1], acc[1][2 * m + 1]};
       mma_bf16_16816(c, a, b2);
       mma_bf16_16816(c, a, b1);
@@ -89,6 +96,83 @@ __device__ inline void mma_fold_block(float (&acc)[2][16], const uint4* A, const
       acc[0][2 * m] = c[0], acc[1][2 * m] = c[1], acc[0][2 * m + 1] = c[2], acc[1][2 * m + 1] = c[3];
     }
   }
+}
+
+// This lane's two rows of 8-row block (first row il0 = 8·nb + 2·tig) of a [rows, 128] tile, streaming loads, into
+// acc; the tile's row 0, column 0 is base + off0. Rows at or past `rows` read as zeros (computed, never stored).
+// kPart of kParts: only that part's local columns (mma_fold_block's). The addresses are formed per row from base and
+// off0 as the callers did inline: a precomputed tile pointer held across the block loop cost the GDN replay kernel
+// spills at its register cap.
+template <class T, int kPart = 0, int kParts = 1>
+__device__ inline void mma_load_block(float (&acc)[2][16 / kParts], const T* base, long long off0, int il0, int rows,
+                                      int g) {
+  constexpr int kV = StateVec<T>::kVec, kQ = 16 / kV / kParts;
+  static_assert(kQ >= 1, "a part holds whole 16-byte vectors");
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const bool live = il0 + r < rows;
+    const T* p = base + off0 + static_cast<long long>(il0 + r) * kMmaCols + kV * g;
+#pragma unroll
+    for (int q = 0; q < kQ; ++q)
+      StateVec<T>::unpack(
+          live ? __ldcs(reinterpret_cast<const uint4*>(p + 8 * kV * (kPart * kQ + q))) : make_uint4(0, 0, 0, 0),
+          &acc[r][q * kV]);
+  }
+}
+
+// Stores the lane's live rows of the block back (base + off0 as mma_load_block; acc then holds the stored values)
+// and, where R is not void, rounded into the dual read copy at rd + off0 (same layout; acc keeps the update copy's
+// values). kPart of kParts as mma_load_block.
+template <class T, class R, int kPart = 0, int kParts = 1>
+__device__ inline void mma_store_block(float (&acc)[2][16 / kParts], T* base, R* rd, long long off0, int il0,
+                                       int rows, int g) {
+  constexpr int kV = StateVec<T>::kVec, kQ = 16 / kV / kParts;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (il0 + r >= rows) continue;
+    const long long off = off0 + static_cast<long long>(il0 + r) * kMmaCols + kV * g;
+#pragma unroll
+    for (int q = 0; q < kQ; ++q) {
+      const int v = 8 * kV * (kPart * kQ + q);
+      StateVec<T>::store(base + off + v, &acc[r][q * kV]);
+      if constexpr (!std::is_void<R>::value) {
+        static_assert(kV == 4, "dual read copies are written from an fp32 update copy");
+        store_narrow4(rd + off + v, &acc[r][q * kV]);
+      }
+    }
+  }
+}
+
+// The dots of the lane's two rows (acc: part kPart of kParts, as mma_load_block) with two fp32 vectors kvec and qvec
+// of 128 state columns (shared memory, 16-byte aligned), each summed over the row's 8 lanes (partners 4, 8, 16):
+// every lane gets d = {kvec·row 0, kvec·row 1, qvec·row 0, qvec·row 1} (of the part's columns).
+template <int kV, int kPart = 0, int kParts = 1>
+__device__ inline void mma_row_dots(const float (&acc)[2][16 / kParts], const float* kvec, const float* qvec, int g,
+                                    float (&d)[4]) {
+  constexpr int kQ = 16 / kV / kParts;
+#pragma unroll
+  for (int n = 0; n < 4; ++n) d[n] = 0.0f;
+#pragma unroll
+  for (int q = 0; q < kQ; ++q) {
+    const int col = mma_col(kV, g, (kPart * kQ + q) * kV);
+#pragma unroll
+    for (int e4 = 0; e4 < kV; e4 += 4) {
+      const float4 kf = *reinterpret_cast<const float4*>(kvec + col + e4);
+      const float4 qf = *reinterpret_cast<const float4*>(qvec + col + e4);
+      const float kv[4] = {kf.x, kf.y, kf.z, kf.w}, qv[4] = {qf.x, qf.y, qf.z, qf.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          d[r] = fmaf(acc[r][q * kV + e4 + e], kv[e], d[r]);
+          d[2 + r] = fmaf(acc[r][q * kV + e4 + e], qv[e], d[2 + r]);
+        }
+    }
+  }
+#pragma unroll
+  for (int o = 4; o < 32; o <<= 1)
+#pragma unroll
+    for (int n = 0; n < 4; ++n) d[n] += __shfl_xor_sync(0xFFFFFFFFu, d[n], o);
 }
 
 // A's fragment f (k-step f / 256, m-tile f / 32 % 8, lane f % 32) from key(e, col) (the key's bf16 bits; 0 where

@@ -181,6 +181,9 @@ struct GdnVerifyLaunch {
   const int32_t* d_fill = nullptr;  // [pool] committed entries
   const int32_t* d_base = nullptr;  // [pool] ring index of entry 0
   int l2_ahead = 0;  // as GdnReplayLaunch::l2_ahead (the streamed copy's chunks prefetched into L2)
+  // Tunable, as GdnReplayLaunch::mma_fold: a flushing window folds its committed entries on tensor cores where
+  // K = 128; false: the FFMA fold of the kernels compiled for any K (the tests hold the two folds to each other).
+  bool mma_fold = true;
 };
 
 // Eager speculative baseline: draft states [pool, window, HV, V, K] in state_format (FP32, BF16 or FP16). Per row the

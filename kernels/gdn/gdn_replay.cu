@@ -361,34 +361,10 @@ __device__ __forceinline__ void flush_tile_mma(const GdnReplayLaunch& l, const T
   for (int nb = warp; nb < (rows + 7) / 8; nb += kWarps) {
     const int il0 = nb * 8 + 2 * tig;
     float acc[2][16];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const bool live = il0 + r < rows;
-      const T* p = head + static_cast<long long>(t.v_begin + il0 + r) * kMmaK + kV * g;
-#pragma unroll
-      for (int q = 0; q < kQ; ++q)
-        StateVec<T>::unpack(live ? __ldcs(reinterpret_cast<const uint4*>(p + 8 * kV * q)) : make_uint4(0, 0, 0, 0),
-                            &acc[r][q * kV]);
-    }
+    mma_load_block<T>(acc, head, static_cast<long long>(t.v_begin) * kMmaK, il0, rows, g);
     // u_t and o_t of the two rows from their dots with k_t and q_t (the 8 lanes of a row: partners 4, 8, 16).
-    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // dk row 0, dk row 1, dq row 0, dq row 1
-#pragma unroll
-    for (int q = 0; q < kQ; ++q) {
-      float kv[kV], qv[kV];
-      load_f32<kV>(smem + L.off_k() + mma_col(kV, g, q * kV), kv);
-      load_f32<kV>(smem + L.off_q() + mma_col(kV, g, q * kV), qv);
-#pragma unroll
-      for (int e = 0; e < kV; ++e)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          d[r] = fmaf(acc[r][q * kV + e], kv[e], d[r]);
-          d[2 + r] = fmaf(acc[r][q * kV + e], qv[e], d[2 + r]);
-        }
-    }
-#pragma unroll
-    for (int o = 4; o < 32; o <<= 1)
-#pragma unroll
-      for (int n = 0; n < 4; ++n) d[n] += __shfl_xor_sync(0xFFFFFFFFu, d[n], o);
+    float d[4];  // dk row 0, dk row 1, dq row 0, dq row 1
+    mma_row_dots<kV>(acc, smem + L.off_k(), smem + L.off_q(), g, d);
     float wj[2];  // entry j's weight w_j·u_t per row
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -414,19 +390,7 @@ __device__ __forceinline__ void flush_tile_mma(const GdnReplayLaunch& l, const T
 #pragma unroll
         for (int e = 0; e < kV; ++e) acc[r][q * kV + e] = fmaf(wj[r], kb[e], acc[r][q * kV + e]);
     }
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (il0 + r >= rows) continue;
-      const long long off = static_cast<long long>(t.v_begin + il0 + r) * kMmaK + kV * g;
-#pragma unroll
-      for (int q = 0; q < kQ; ++q) {
-        StateVec<T>::store(head + off + 8 * kV * q, &acc[r][q * kV]);
-        if constexpr (!std::is_void<R>::value) {
-          static_assert(kV == 4, "dual read copies are written from an fp32 update copy");
-          store_narrow4(rd + off + 8 * kV * q, &acc[r][q * kV]);
-        }
-      }
-    }
+    mma_store_block<T, R>(acc, head, rd, static_cast<long long>(t.v_begin) * kMmaK, il0, rows, g);
   }
 }
 

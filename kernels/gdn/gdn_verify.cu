@@ -14,7 +14,10 @@
 // coincide. The deferred flush folds the h committed entries as gdn_replay_step's flush (S ← e^{G_{h−1}}·S, then
 // + (e^{G_{h−1}−G_e}·u_e)·k_e for e in order), rounds to the checkpoint format (dual: writes the read copy from the
 // same registers) and the window then reads what a later launch would read: the stored checkpoint, or for a dual
-// checkpoint the read copy's values.
+// checkpoint the read copy's values. Where K = 128, in windows of 3 or 4 positions (kVerifyMma), the fold runs on
+// tensor cores (verify_flush_mma, as gdn_replay_step's: exact products, fp32 sums in the tensor core's order) and the
+// window's dots of the folded rows are summed in that layout: such a flushing window equals the standard steps to
+// fp32 rounding, not bit for bit.
 //
 // Work split (as gdn_replay.cu): one CTA of 128 threads per (row, value head, V-tile). Prologue: q_s, k_s of all T
 // positions normalised together (one latency, not T), gates, the window's G, the key dots of every visible entry
@@ -39,6 +42,7 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/mma_fold.cuh"
 #include "common/spec_kernels.h"
 #include "gdn/gdn_device.cuh"
 
@@ -65,11 +69,22 @@ constexpr int kVerifyUnroll = 2 * TP >= 16 ? 1 : 2 * TP >= 4 ? 16 / (2 * TP) : 4
 // kernel's registers are capped for (0: ptxas's choice). bench_spec_cuda on the H200, fp32 checkpoint, batch 256:
 // T <= 4 runs best as ptxas builds it without the look-ahead (72-80 registers, 6-7 CTAs; the look-ahead or a cap
 // cost 2-12%); T = 8 held 126 registers (4 CTAs) and gains 7-10% from 96 (5 CTAs, the shared-memory limit there)
-// with the look-ahead.
+// with the look-ahead. T = 4 is capped at 6 CTAs (80 registers, what ptxas chose for the fp32 checkpoint before the
+// tensor-core flush): the flush's staging took that kernel to 96 (5 CTAs) uncapped, and capped it spills nothing.
 template <int TP>
-constexpr int kVerifyMinBlocks = TP <= 4 ? 0 : TP == 8 ? 5 : 4;
+constexpr int kVerifyMinBlocks = TP <= 2 ? 0 : TP == 4 ? 6 : TP == 8 ? 5 : 4;
 template <int TP>
 constexpr bool kVerifyLookAhead = TP >= 8;
+// The tensor-core flush (verify_flush_mma) runs the windows of 3 and 4 positions (TP = 4), folding each 8-row block
+// in two halves of 64 columns (16 accumulators a thread, not 32: one block at a time spilled 12 bytes at the 6-CTA
+// cap). bench_spec_cuda on the H200 (fp32 checkpoint, batch 256, against the FFMA kernel in one process,
+// benchmarks/experiments/README.md "the verify's flush on tensor cores"): T = 4 flush 504.6 -> 472.7 us, non-flush
+// 286.3 -> 290.7, amortised 325.6 -> 323.5; T = 2 (TP = 2, uncapped: the staging took it from 80 to 96 registers)
+// was 8% slower at every kind of window, and T = 8 spilled more at its 5-CTA cap (24/76 -> 100/152 bytes).
+template <int TP>
+constexpr bool kVerifyMma = TP == 4;
+__host__ __device__ inline bool verify_uses_mma(int K, int T) { return K == kMmaCols && T > 2 && T <= 4; }
+constexpr int kVerifyMmaParts = 2;
 
 // Window shared memory, in floats. Regions holding keys start on 16-byte boundaries (read as float4).
 struct VerifySmem {
@@ -80,8 +95,7 @@ struct VerifySmem {
   __host__ __device__ int off_q() const { return 0; }                          // [T][ldk] normalised q_s (scaled)
   __host__ __device__ int off_k() const { return off_q() + T * ldk(); }        // [T][ldk] normalised k_s
   __host__ __device__ int off_kb() const { return off_k() + T * ldk(); }       // [T][ldk] bf16(k_s)
-  __host__ __device__ int off_keys() const { return off_kb() + T * ldk(); }    // [E][ldk] committed keys (flush)
-  __host__ __device__ int off_red() const { return off_keys() + E * ldk(); }   // [2·kMaxSpecWindow][kWarps]
+  __host__ __device__ int off_red() const { return off_kb() + T * ldk(); }     // [2·kMaxSpecWindow][kWarps]
   __host__ __device__ int off_g() const { return off_red() + 2 * kMaxSpecWindow * kWarps; }  // [16] log-gate g_s
   __host__ __device__ int off_alpha() const { return off_g() + kMaxSpecWindow; }             // [16] α_s
   __host__ __device__ int off_beta() const { return off_alpha() + kMaxSpecWindow; }          // [16] β_s
@@ -94,8 +108,17 @@ struct VerifySmem {
   __host__ __device__ int off_wq() const { return off_wk() + T * ne(); }     // [T][ne] q dots, then W^q
   __host__ __device__ int off_sk() const { return off_wq() + T * ne(); }     // [T][ldr] S_c·k_s per tile row
   __host__ __device__ int off_sq() const { return off_sk() + T * ldr(); }    // [T][ldr] S_c·q_s per tile row
-  __host__ __device__ int off_uw() const { return off_sq() + T * ldr(); }    // [E][rows] flush: w_e·u_e per row
-  __host__ __device__ int floats() const { return off_uw() + E * rows; }
+  __host__ __device__ int off_keys() const { return up4(off_sq() + T * ldr()); }  // [E][ldk] committed keys (flush)
+  __host__ __device__ int off_uw() const { return off_keys() + E * ldk(); }  // [E][rows] flush: w_e·u_e per row
+  // The tensor-core flush (verify_flush_mma, K = 128) stages its operands over keys and uw instead, in
+  // common/mma_fold.cuh's fragment order; k-steps of 16 over the committed entries.
+  __host__ __device__ int mma_ks() const { return (E + 15) / 16; }
+  __host__ __device__ int off_mma_a() const { return off_keys(); }
+  __host__ __device__ int off_mma_b() const { return off_keys() + mma_a_floats(mma_ks()); }
+  __host__ __device__ int floats() const {
+    const int fma = off_uw() + E * rows, mma = verify_uses_mma(K, T) ? off_mma_b() + mma_b_floats(mma_ks(), rows) : 0;
+    return fma > mma ? fma : mma;
+  }
 };
 
 template <int kVec>
@@ -271,6 +294,61 @@ __device__ void verify_stream(const VerifyCtx& t, T* src, R* rd, float* smem, co
   }
 }
 
+// The flushing window's stream on tensor cores (K = 128; common/mma_fold.cuh): each warp takes 8-row blocks of the
+// tile, decays them, folds the ks staged k-steps of committed entries, stores them (dual: the read copy too), then
+// forms the window's 2T dots of its rows from the stored values (dual: the read copy's) over the row's 8 lanes. T: the
+// checkpoint type (the update copy when dual), R the read-copy type or void; `head`, `rd`: row 0, column 0 of the
+// head. The FFMA fold (verify_stream) issued per state element and entry one FFMA and a shared-memory weight load.
+template <class T, class R, int TP>
+__device__ void verify_flush_mma(const VerifyCtx& t, T* head, R* rd, float* smem, const VerifySmem& L, int ks) {
+  constexpr int kV = StateVec<T>::kVec, kP = kVerifyMmaParts;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+  const uint4* A = reinterpret_cast<const uint4*>(smem + L.off_mma_a()) + lane;
+  const uint2* B = reinterpret_cast<const uint2*>(smem + L.off_mma_b());
+  const int rows = t.v_end - t.v_begin, ldk = L.ldk(), ldr = L.ldr();
+  float* s_sk = smem + L.off_sk();
+  float* s_sq = smem + L.off_sq();
+  // The tile as its own pointers (off0 = 0 below): forming each row's address from head and v_begin instead left the
+  // T = 4 kernel 4 bytes of spills at its 80-register cap.
+  T* tile = head + static_cast<long long>(t.v_begin) * kMmaCols;
+  R* rd_tile = nullptr;
+  if constexpr (!std::is_void<R>::value) rd_tile = rd + static_cast<long long>(t.v_begin) * kMmaCols;
+  const auto part = [&](auto part_tag, int nb) {
+    constexpr int kPart = decltype(part_tag)::value;
+    const int il0 = nb * 8 + 2 * tig;
+    float acc[2][16 / kP];
+    mma_load_block<T, kPart, kP>(acc, tile, 0, il0, rows, g);
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int c = 0; c < 16 / kP; ++c) acc[r][c] *= t.dflush;
+    mma_fold_block<kPart, kP>(acc, A, B, nb, ks, g, tig);
+    mma_store_block<T, R, kPart, kP>(acc, tile, rd_tile, 0, il0, rows, g);
+    if constexpr (!std::is_void<R>::value)  // the window reads the read copy's values
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+#pragma unroll
+        for (int q = 0; q < 4 / kP; ++q) round_narrow4<R>(&acc[r][4 * q]);
+    // Position by position, so that only 4 sums are live: dk row 0, dk row 1, dq row 0, dq row 1; a later part adds
+    // its columns' sums to the earlier parts' (the same lane stored them).
+#pragma unroll
+    for (int p = 0; p < TP; ++p) {
+      if (p >= t.T) break;
+      float d[4];
+      mma_row_dots<kV, kPart, kP>(acc, smem + L.off_k() + p * ldk, smem + L.off_q() + p * ldk, g, d);
+      if (g < 4) {  // lanes g = 0..3 each store one of the four sums (every lane holds all four)
+        const int il = il0 + (g & 1);
+        float* dst = ((g & 2) ? s_sq : s_sk) + p * ldr + il;
+        if (il < rows) *dst = kPart == 0 ? d[g] : *dst + d[g];
+      }
+    }
+  };
+  for (int nb = warp; nb < (rows + 7) / 8; nb += kWarps) {
+    part(std::integral_constant<int, 0>{}, nb);
+    if constexpr (kP > 1) part(std::integral_constant<int, 1>{}, nb);
+  }
+}
+
 // CK: checkpoint type (the update copy when dual); RD: read-copy type, void when the checkpoint is shared.
 // kK: kPresetK or 0 (K at run time, gdn_device.cuh).
 template <class A, class CK, class RD, int TP, int kK>
@@ -311,6 +389,10 @@ __global__ void __launch_bounds__(kThreads, kVerifyMinBlocks<TP>) gdn_verify_ker
   const int hfill = s_fill, base = s_base;
   const bool flush = spec_flushes(hfill, l.interval, T, l.hist);
   const int hw = flush ? 0 : hfill;  // committed entries the window reads
+  // The flush folds on tensor cores (verify_flush_mma) where K is the compiled 128 (kVerifyMma); ks_mma: its
+  // k-steps.
+  constexpr bool kMma = kK == kMmaCols && kVerifyMma<TP>;
+  const int ks_mma = kMma && flush ? (hfill + 15) / 16 : 0;
   const float* rG = l.d_ring_G + static_cast<long long>(slot) * cap * HV + h;                                    // + idx·HV
   const uint16_t* ru = l.d_ring_u + static_cast<long long>(slot) * cap * HV * V + static_cast<long long>(h) * V;  // + idx·HV·V
   const uint16_t* rk = l.d_ring_k + static_cast<long long>(slot) * cap * HK * K + static_cast<long long>(hk) * K;  // + idx·HK·K
@@ -323,7 +405,15 @@ __global__ void __launch_bounds__(kThreads, kVerifyMinBlocks<TP>) gdn_verify_ker
   }
   for (int e = tid; e < hfill; e += kThreads) smem[L.off_Gc() + e] = rG[static_cast<long long>((base + e) & mask) * HV];
   const int ldk = L.ldk(), ne = L.ne();
-  if (flush) {  // the committed keys in fp32 for the fold, one warp per entry
+  if constexpr (kMma) {
+    // The fold's A operand: fragment f = (k-step, m-tile, lane) holds the keys of entries 16·k + 2·tig + {0, 1, 8, 9}
+    // at the lane's two columns of the m-tile, from the ring; zero past the committed entries.
+    constexpr int kVF = StateVec<CK>::kVec;
+    for (int f = tid; f < ks_mma * 256; f += kThreads)
+      reinterpret_cast<uint4*>(smem + L.off_mma_a())[f] = mma_a_fragment(f, kVF, [&](int e, int col) -> uint16_t {
+        return e < hfill ? rk[static_cast<long long>((base + e) & mask) * HK * K + col] : uint16_t(0);
+      });
+  } else if (flush) {  // the committed keys in fp32 for the fold, one warp per entry
     for (int e = warp; e < hfill; e += kWarps)
       for (int n = lane * 8; n < K; n += 32 * 8) {
         const uint4 q = *reinterpret_cast<const uint4*>(rk + static_cast<long long>((base + e) & mask) * HK * K + n);
@@ -414,10 +504,30 @@ __global__ void __launch_bounds__(kThreads, kVerifyMinBlocks<TP>) gdn_verify_ker
   if (flush) {
     for (int i = v_begin + tid; i < v_end; i += kThreads) {
       const int il = i - v_begin;
+      if constexpr (kMma) {
+        // The fold's B operand for this row: per k-step and tig, w_e·u_e of entries 16·k + 2·tig + {0, 1, 8, 9} in
+        // three bf16 pieces; zero past the committed entries (finite: the keys there are zero).
+        uint2* Bw = reinterpret_cast<uint2*>(smem + L.off_mma_b());
+        for (int k = 0; k < ks_mma; ++k) {
+#pragma unroll
+          for (int tg = 0; tg < 4; ++tg) {
+            float w[4];
+#pragma unroll
+            for (int b = 0; b < 4; ++b) {
+              const int e = mma_entry(k, tg, b);
+              w[b] = e < hfill ? smem[L.off_wf() + e] *
+                                     bf16_bits_to_float(ru[static_cast<long long>((base + e) & mask) * HV * V + i])
+                               : 0.0f;
+            }
+            mma_stage_b(Bw, ks_mma, k, il, tg, w);
+          }
+        }
+      } else {
 #pragma unroll 4
-      for (int e = 0; e < hfill; ++e)
-        smem[L.off_uw() + e * tile_rows + il] =
-            smem[L.off_wf() + e] * bf16_bits_to_float(ru[static_cast<long long>((base + e) & mask) * HV * V + i]);
+        for (int e = 0; e < hfill; ++e)
+          smem[L.off_uw() + e * tile_rows + il] =
+              smem[L.off_wf() + e] * bf16_bits_to_float(ru[static_cast<long long>((base + e) & mask) * HV * V + i]);
+      }
     }
     __syncthreads();
   }
@@ -434,7 +544,11 @@ __global__ void __launch_bounds__(kThreads, kVerifyMinBlocks<TP>) gdn_verify_ker
     constexpr int kVec = StateVec<CK>::kVec;
     t.lanes = K / kVec, t.rows_per_pass = kThreads / t.lanes, t.c = tid % t.lanes, t.rsub = tid / t.lanes;
     CK* ck = static_cast<CK*>(l.d_ckpt) + head_off + t.c * kVec;
-    if constexpr (kDual) {
+    if constexpr (kMma) {
+      RD* rd = nullptr;
+      if constexpr (kDual) rd = static_cast<RD*>(l.d_read) + head_off;
+      verify_flush_mma<CK, RD, TP>(t, static_cast<CK*>(l.d_ckpt) + head_off, rd, smem, L, ks_mma);
+    } else if constexpr (kDual) {
       RD* rd = static_cast<RD*>(l.d_read) + head_off + t.c * kVec;
       verify_stream<CK, RD, true, TP, kK / kVec>(t, ck, rd, smem, L);
     } else {
@@ -495,7 +609,9 @@ void launch_verify(const GdnVerifyLaunch& l, int vtiles, cudaStream_t stream) {
   const size_t bytes = static_cast<size_t>(L.floats()) * sizeof(float);
   if (bytes > 227 * 1024)
     bad_launch(what, "shared memory of " + std::to_string(bytes) + " bytes exceeds the SM's 227 KiB (window, hist or K too large)");
-  auto kernel = l.step.dims.K == kPresetK ? gdn_verify_kernel<A, CK, RD, TP, kPresetK> : gdn_verify_kernel<A, CK, RD, TP, 0>;
+  // mma_fold = false: the kernel compiled for a run-time K, whose flush folds with FFMA.
+  auto kernel = l.step.dims.K == kPresetK && l.mma_fold ? gdn_verify_kernel<A, CK, RD, TP, kPresetK>
+                                                        : gdn_verify_kernel<A, CK, RD, TP, 0>;
   if (bytes > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(l, vtiles);

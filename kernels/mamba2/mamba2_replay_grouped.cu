@@ -290,15 +290,7 @@ __device__ void grouped_flush_head_mma(const Mamba2StepArgs& a, const GroupedCtx
   for (int nb = warp; nb < (t.rows + 7) / 8; nb += kThreads / 32) {
     const int il0 = nb * 8 + 2 * tig;
     float acc[2][16];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const bool live = il0 + r < t.rows;
-      const T* p = ck + head + static_cast<long long>(il0 + r) * kMmaCols + kV * g;
-#pragma unroll
-      for (int q = 0; q < kQ; ++q)
-        StateVec<T>::unpack(live ? __ldcs(reinterpret_cast<const uint4*>(p + 8 * kV * q)) : make_uint4(0, 0, 0, 0),
-                            &acc[r][q * kV]);
-    }
+    mma_load_block<T>(acc, ck, head, il0, t.rows, g);
     float d[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int q = 0; q < kQ; ++q)
@@ -318,19 +310,7 @@ __device__ void grouped_flush_head_mma(const Mamba2StepArgs& a, const GroupedCtx
 #pragma unroll
       for (int c = 0; c < 16; ++c) acc[r][c] *= decay;
     mma_fold_block(acc, A, B, nb, ks, g, tig);
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      if (il0 + r >= t.rows) continue;
-      const long long off = head + static_cast<long long>(il0 + r) * kMmaCols + kV * g;
-#pragma unroll
-      for (int q = 0; q < kQ; ++q) {
-        StateVec<T>::store(ck + off + 8 * kV * q, &acc[r][q * kV]);
-        if constexpr (!std::is_void<RDT>::value) {
-          static_assert(kV == 4, "dual read copies are written from an fp32 update copy");
-          store_narrow4(rd + off + 8 * kV * q, &acc[r][q * kV]);
-        }
-      }
-    }
+    mma_store_block<T, RDT>(acc, ck, rd, head, il0, t.rows, g);
   }
 }
 

@@ -16,11 +16,15 @@
 //       unused pool slots untouched;
 //   (c) the eager baseline against gdn_eager_step run token by token on the committed stream: bitwise equal
 //       outputs and final state;
-//   (d) a corrupted committed ring entry (the newest) changes the row's next outputs and nothing else.
+//   (d) a corrupted committed ring entry (the newest) changes the row's next outputs and nothing else;
+//   (e) the tensor-core flush (mma_fold) against the FFMA flush: one flushing window twice from identical state, its
+//       checkpoint, outputs and ring entries within fp32 rounding of each other (the bound is derived at run_fold_ab),
+//       and a one-step corruption of a committed key in the tensor-core run caught.
 #include <catch2/catch.hpp>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -33,6 +37,7 @@
 #include "common/spec_kernels.h"
 #include "gdn/gdn_kernels.h"
 #include "metrics/tolerance.h"
+#include "model/formulas.h"
 #include "model/gdn.h"
 #include "numeric/bits.h"
 
@@ -498,6 +503,290 @@ void run_corrupt(const std::string& geo, GdnDims d, int T, int interval) {
   CHECK(d1 == 0.0);
 }
 
+// ---- (e) the tensor-core flush against the FFMA flush ----
+// Spacing of a 16-bit format at |x|: how far two nearest roundings of values straddling one boundary may land apart.
+double step16(Format f, double x) {
+  x = std::fabs(x);
+  if (x == 0 || !std::isfinite(x)) return 0;
+  const int mant = f == Format::BF16 ? 7 : 10, emin = f == Format::BF16 ? -126 : -14;
+  return std::ldexp(1.0, std::max(std::ilogb(x), emin) - mant);
+}
+
+// A flushing window folds its h committed entries into the checkpoint on tensor cores where K = 128
+// (GdnVerifyLaunch::mma_fold): bf16 keys and each weight·u split in three bf16 pieces make every product exact, so the
+// fold differs from the FFMA fold only in the order of its fp32 sums. One window runs twice from identical
+// checkpoints, rings and inputs, once with each fold, and what it writes is held to what that order allows. The
+// run-to-run comparisons of (a) and (b) (1e-3, bf16 budgets) are too loose to see a lost piece of the split.
+//   Checkpoint element [i][n]: both folds sum the h + 1 terms t_0 = e^{G_{h−1}}·S[i][n] and
+//     t_e = e^{G_{h−1}−G_e}·u_e[i]·k_e[n]. A recursive fp32 sum of h + 1 terms errs by at most h·u·M (u = 2^-24,
+//     M = Σ|t|, Higham's bound): the FFMA fold's h fmas. The tensor cores add exact products in another order and
+//     truncate rather than round (up to 2u a step, over fewer steps than h): within 2·(h + 1)·u·M. Allowed together,
+//     with a margin for the alignment inside an mma: |A − B| <= 4·(h + 1)·u·M. A 16-bit checkpoint may add one step
+//     of its format where the two fp32 sums straddle a rounding boundary: allowed, and required to be rare (<= 0.5%
+//     of elements; a dual read copy must be each run's own update copy rounded, code for code).
+//   Outputs and the window's ring entries: the window reads the new checkpoint (dual: its read copy), so the
+//     difference ΔS carries into S·k_s and S·q_s by at most Σ_n |ΔS[i][n]|·|k_s[n]| (|q_s[n]|), taken from the two
+//     runs' stored values; a u_j that differs carries into later positions with weight |W^k| <= 1 and
+//     |W^q| <= 1/sqrt(K) (unit keys, decays, α and β <= 1; 1% over for the bf16 keys' norms); and each run's own fp32
+//     rounding of its dots and ring sums adds at most (K + ring terms + 4)·u·(their magnitudes). A u entry may differ
+//     by that plus one bf16 step (the two pre-rounding values straddling a boundary: <= 1% of entries). k_s, G_s do not
+//     depend on the fold: bit-equal.
+// Rows: 0 flushes at the interval (h = interval), 1 early (h + 2T > hist), 2 is padded, 3 does not flush (its
+// checkpoint must stay bit-equal in both runs); slot 1 is never used. A row (state row, or a window's chain of u and
+// o at one state row) with any NaN counts as over the bound. The corrupted case moves one committed key element of
+// row 0's newest entry (weight 1) by one bf16 step in the tensor-core run only, an error of the size a lost middle
+// piece of the split would leave in one term: the checkpoint comparison must exceed its bound. First H200 runs (the
+// tensor-core verify fold as first written, two seeds): fp32 checkpoints used at most 15% of their bound, the
+// corrupted runs 590x to 1460x over it.
+void run_fold_ab(const std::string& geo, GdnDims d, int T, int interval, Ckpt ck, bool corrupt) {
+  const std::string name = fmt::format("{} mma-vs-ffma fold T={} K={} ckpt={}{}", geo, T, interval, ck.name(),
+                                       corrupt ? " corrupted key" : "");
+  const int HK = d.HK, HV = d.HV, K = d.K, V = d.V, vpk = HV / HK;
+  const int rows = 4, pool = 4, hist = interval + T, cap = spec_ring_capacity(hist, T), mask = cap - 1;
+  const std::vector<int32_t> slots = {3, 0, -1, 2};
+  const std::vector<int> fills = {interval, interval - T + 1, 0, interval - T};
+  Layer L(d, Format::BF16, rows, T, seed_of(name));
+  const size_t SE = static_cast<size_t>(HV) * V * K, OUT = L.OUT, QK = L.QK;
+  const std::vector<float> init = random_state(L.rng, pool * SE, ck.fmt);
+  VerifyState A(d, pool, cap, ck, init, 1), B(d, pool, cap, ck, init, 1);  // A folds on tensor cores, B with FFMA
+  // Committed entries written on the host: u ~ 0.5·N(0, 1) in bf16, unit keys in bf16, G from the layer's gates.
+  const std::vector<int32_t> base = A.dbase->get();
+  std::vector<uint16_t> ru = A.dru->get(), rk = A.drk->get();
+  std::vector<float> rG = A.drG->get();
+  std::vector<int32_t> fill(pool, 0);
+  const auto entry = [&](int s, int e) { return static_cast<size_t>(s) * cap + ((base[s] + e) & mask); };
+  for (int r = 0; r < rows; ++r) {
+    const int s = slots[r];
+    if (s < 0) continue;
+    fill[s] = fills[r];
+    std::vector<float> G(HV, 0.0f);
+    for (int e = 0; e < fill[s]; ++e) {
+      const size_t x = entry(s, e);
+      for (size_t i = 0; i < OUT; ++i) ru[x * OUT + i] = float_to_bf16_bits(0.5f * L.normal(L.rng));
+      for (int hk = 0; hk < HK; ++hk) {
+        std::vector<double> kv(K);
+        double ss = 0;
+        for (auto& y : kv) y = L.normal(L.rng), ss += y * y;
+        for (int n = 0; n < K; ++n)
+          rk[(x * HK + hk) * K + n] = float_to_bf16_bits(static_cast<float>(kv[n] / std::sqrt(ss)));
+      }
+      for (int h = 0; h < HV; ++h) {
+        G[h] += gdn_log_gate<float>(L.A_log[h], round_bf16(L.normal(L.rng)), L.dt_bias[h]);
+        rG[x * HV + h] = G[h];
+      }
+    }
+  }
+  std::vector<uint16_t> rk_mma = rk;
+  size_t corrupted = 0;
+  if (corrupt) {  // the key head of the last value head (almost no decay), its largest element: magnitude + 1 step
+    const int s = slots[0], hk = (HV - 1) / vpk;
+    const size_t x = (entry(s, fill[s] - 1) * HK + hk) * K;
+    size_t nmax = 0;
+    for (int n = 1; n < K; ++n)
+      if (std::fabs(bf16_bits_to_float(rk[x + n])) > std::fabs(bf16_bits_to_float(rk[x + nmax]))) nmax = n;
+    corrupted = x + nmax;
+    ++rk_mma[corrupted];
+  }
+  for (VerifyState* vs : {&A, &B}) {
+    vs->dru->put(ru), vs->drk->put(vs == &A ? rk_mma : rk), vs->drG->put(rG), vs->dfill->put(fill);
+  }
+  std::vector<std::vector<Tok>> pos(rows);
+  for (int r = 0; r < rows; ++r)
+    for (int p = 0; p < T; ++p) pos[r].push_back(L.token());
+  L.upload(pos);
+  DevBuf<int32_t> dslot(rows);
+  dslot.put(slots);
+  DevBuf<float> doA(rows * T * OUT), doB(rows * T * OUT);
+  CUDA_CHECK(cudaMemset(doA.p, 0xFF, doA.n * 4)), CUDA_CHECK(cudaMemset(doB.p, 0xFF, doB.n * 4));
+  GdnVerifyLaunch la = A.launch(L.args(dslot.p, doA.p, Format::FP32), T, interval, hist);
+  GdnVerifyLaunch lb = B.launch(L.args(dslot.p, doB.p, Format::FP32), T, interval, hist);
+  la.mma_fold = true, lb.mma_fold = false;
+  gdn_verify(la, nullptr);
+  gdn_verify(lb, nullptr);
+  CUDA_CHECK(cudaDeviceSynchronize());
+
+  const std::vector<uint8_t> ckbA = A.dck->get(), ckbB = B.dck->get();
+  const std::vector<float> ckA = decode(ck.fmt, ckbA), ckB = decode(ck.fmt, ckbB), oA = doA.get(), oB = doB.get();
+  std::vector<uint8_t> rdbA, rdbB;
+  std::vector<float> rdA, rdB;
+  if (ck.dual) rdbA = A.drd->get(), rdbB = B.drd->get(), rdA = decode(ck.read, rdbA), rdB = decode(ck.read, rdbB);
+  const std::vector<float>& srA = ck.dual ? rdA : ckA;  // what each window read after its flush
+  const std::vector<float>& srB = ck.dual ? rdB : ckB;
+  const std::vector<uint16_t> ruA = A.dru->get(), ruB = B.dru->get(), rkA = A.drk->get(), rkB = B.drk->get();
+  const std::vector<float> rGA = A.drG->get(), rGB = B.drG->get();
+  const double u32 = 0x1p-24, rsK = 1.0 / std::sqrt(static_cast<double>(K));
+
+  // Checkpoints: flushing slots within the bound; the non-flushing and the unused slot bit-equal to the start.
+  std::vector<uint8_t> want = encode(ck.fmt, init), want_rd;
+  std::memset(&want[SE * width(ck.fmt)], 0xA5, SE * width(ck.fmt));
+  if (ck.dual) {
+    std::vector<float> r(init.size());
+    for (size_t i = 0; i < r.size(); ++i) r[i] = round_to(ck.read, init[i]);
+    want_rd = encode(ck.read, r);
+    std::memset(&want_rd[SE * 2], 0xA5, SE * 2);
+  }
+  int flush_rows = 0, early = 0;
+  long long ck_rows = 0, ck_rows_over = 0, ck_elems = 0, ck_differ16 = 0, unrounded = 0, rd_differ = 0;
+  long long untouched_bad = 0;
+  double ck_worst = 0, changed = 0;  // worst: the largest share of the fp32 part of the bound used
+  std::vector<bool> flushed(rows, false);
+  for (int r = 0; r < rows; ++r) flushed[r] = slots[r] >= 0 && spec_flushes(fills[r], interval, T, hist);
+  for (int s = 0; s < pool; ++s) {
+    const int r = static_cast<int>(std::find(slots.begin(), slots.end(), s) - slots.begin());
+    if (r < rows && flushed[r]) continue;
+    const size_t w = width(ck.fmt);
+    for (size_t i = s * SE * w; i < (s + 1) * SE * w; ++i)
+      untouched_bad += ckbA[i] != want[i], untouched_bad += ckbB[i] != want[i];
+    if (ck.dual)
+      for (size_t i = s * SE * 2; i < (s + 1) * SE * 2; ++i)
+        untouched_bad += rdbA[i] != want_rd[i], untouched_bad += rdbB[i] != want_rd[i];
+  }
+  for (int r = 0; r < rows; ++r) {
+    if (!flushed[r]) continue;
+    const int s = slots[r], h = fills[r];
+    ++flush_rows, early += h < interval;
+    const double eps_fold = 4.0 * (h + 1) * u32;
+    std::vector<double> a(h), key(static_cast<size_t>(h) * K);  // key: |k_e[n]| of the head's key head
+    for (int hv = 0; hv < HV; ++hv) {
+      const int hk = hv / vpk;
+      for (int e = 0; e < h; ++e)
+        for (int n = 0; n < K; ++n) key[e * K + n] = std::fabs(bf16_bits_to_float(rk[(entry(s, e) * HK + hk) * K + n]));
+      const double GK = rG[entry(s, h - 1) * HV + hv];
+      for (int i = 0; i < V; ++i) {
+        const size_t row = static_cast<size_t>(hv) * V + i, o0 = s * SE + row * K;
+        for (int e = 0; e < h; ++e)
+          a[e] = std::exp(GK - rG[entry(s, e) * HV + hv]) * std::fabs(bf16_bits_to_float(ru[entry(s, e) * OUT + row]));
+        bool over = false;
+        for (int n = 0; n < K; ++n) {
+          const size_t o = o0 + n;
+          double M = std::exp(GK) * std::fabs(init[o]);
+          for (int e = 0; e < h; ++e) M += a[e] * key[e * K + n];
+          const double x = ckA[o], y = ckB[o], diff = std::fabs(x - y);
+          const double bound = eps_fold * M;
+          double step = 0;  // a 16-bit element whose codes differ: one step of its format allowed on top
+          if (ck.fmt != Format::FP32 && x != y)
+            step = step16(ck.fmt, std::max(std::fabs(x), std::fabs(y))), ++ck_differ16;
+          over = over || !(diff <= bound + step);  // a NaN is over
+          ck_worst = max_nan(ck_worst, diff == 0 ? 0.0 : std::max(diff - step, 0.0) / bound);
+          changed += std::fabs(y - init[o]);
+          ++ck_elems;
+          if (ck.dual) {
+            unrounded += rdA[o] != round_to(ck.read, ckA[o]), unrounded += rdB[o] != round_to(ck.read, ckB[o]);
+            rd_differ += rdA[o] != rdB[o];
+          }
+        }
+        ++ck_rows, ck_rows_over += over;
+      }
+    }
+  }
+
+  // Outputs and the window's u entries, chain by chain (row, value head, state row).
+  long long chains = 0, chains_over = 0, u_written = 0, u_differ = 0, unwritten = 0, padded_touched = 0;
+  long long ring_unwritten = 0;
+  double o_worst = 0, u_worst = 0;
+  std::vector<double> kabs(T * QK), qabs(T * QK), Dk(T), Mk(T), Dq(T), Mq(T);
+  for (int r = 0; r < rows; ++r) {
+    const int s = slots[r];
+    if (s < 0) {
+      for (size_t i = 0; i < T * OUT; ++i)
+        padded_touched += !std::isnan(oA[r * T * OUT + i]) || !std::isnan(oB[r * T * OUT + i]);
+      continue;
+    }
+    const int h = fills[r], hw = flushed[r] ? 0 : h;  // committed entries the window reads
+    for (int p = 0; p < T; ++p) {
+      const size_t x = entry(s, h + p);
+      for (int hk = 0; hk < HK; ++hk) {  // |k̂_s|, |q̂_s| as the kernel normalises them, 1% over
+        double sk = 0, sq = 0;
+        for (int n = 0; n < K; ++n) {
+          const double kv = pos[r][p].k[hk * K + n], qv = pos[r][p].q[hk * K + n];
+          sk += kv * kv, sq += qv * qv;
+        }
+        const double fk = 1.01 * l2norm_factor(sk, L.prm.eps, 1.0), fq = 1.01 * l2norm_factor(sq, L.prm.eps, rsK);
+        for (int n = 0; n < K; ++n) {
+          kabs[p * QK + hk * K + n] = fk * std::fabs(pos[r][p].k[hk * K + n]);
+          qabs[p * QK + hk * K + n] = fq * std::fabs(pos[r][p].q[hk * K + n]);
+          ring_unwritten += rkA[(x * HK + hk) * K + n] == 0x7FC0;
+        }
+      }
+      for (int hv = 0; hv < HV; ++hv) ring_unwritten += !std::isfinite(rGA[x * HV + hv]);
+    }
+    for (int hv = 0; hv < HV; ++hv) {
+      const int hk = hv / vpk;
+      for (int i = 0; i < V; ++i) {
+        const size_t row = static_cast<size_t>(hv) * V + i, o0 = s * SE + row * K;
+        for (int p = 0; p < T; ++p) {
+          double dk = 0, mk = 0, dq = 0, mq = 0;
+          for (int n = 0; n < K; ++n) {
+            const double dS = std::fabs(double(srA[o0 + n]) - srB[o0 + n]);
+            const double mS = std::max(std::fabs(srA[o0 + n]), std::fabs(srB[o0 + n]));
+            const double kn = kabs[p * QK + hk * K + n], qn = qabs[p * QK + hk * K + n];
+            dk += dS * kn, mk += mS * kn, dq += dS * qn, mq += mS * qn;
+          }
+          Dk[p] = dk, Mk[p] = mk, Dq[p] = dq, Mq[p] = mq;
+        }
+        double ring_mag = 0;  // the committed entries' u a non-flushing window reads (the same in both runs)
+        for (int e = 0; e < hw; ++e) ring_mag += std::fabs(bf16_bits_to_float(ru[entry(s, e) * OUT + row]));
+        double dU = 0, U = 0;  // Σ|ΔU_j|, Σ max|U_j| over the positions so far
+        bool over = false;
+        for (int p = 0; p < T; ++p) {
+          const size_t x = entry(s, h + p) * OUT + row;
+          const double ua = bf16_bits_to_float(ruA[x]), ub = bf16_bits_to_float(ruB[x]), du = std::fabs(ua - ub);
+          const double slack = 2.0 * (K + hw + p + 4) * u32;
+          const double bu = 1.01 * (Dk[p] + dU) + slack * (std::fabs(pos[r][p].v[row]) + Mk[p] + ring_mag + U);
+          double step = 0;
+          if (ruA[x] != ruB[x]) step = step16(Format::BF16, std::max(std::fabs(ua), std::fabs(ub))), ++u_differ;
+          ++u_written;
+          over = over || !(du <= bu + step);
+          u_worst = max_nan(u_worst, du == 0 ? 0.0 : std::max(du - step, 0.0) / bu);
+          dU += du, U += std::max(std::fabs(ua), std::fabs(ub));
+          const double oa = oA[(r * T + p) * OUT + row], ob = oB[(r * T + p) * OUT + row], dobs = std::fabs(oa - ob);
+          unwritten += std::isnan(oa) || std::isnan(ob);
+          const double bo = 1.01 * (Dq[p] + rsK * dU) + slack * (Mq[p] + 1.01 * rsK * (ring_mag + U));
+          over = over || !(dobs <= bo);
+          o_worst = max_nan(o_worst, dobs == 0 ? 0.0 : dobs / bo);
+        }
+        ++chains, chains_over += over;
+      }
+    }
+  }
+  // The fold changes no ring entry but the window's u: k and G bit-equal, u equal outside the compared entries.
+  long long ring_differ = 0, u_differ_all = 0;
+  for (size_t i = 0; i < rkA.size(); ++i) ring_differ += rkA[i] != rkB[i] && !(corrupt && i == corrupted);
+  ring_differ += std::memcmp(rGA.data(), rGB.data(), rGA.size() * 4) != 0;
+  for (size_t i = 0; i < ruA.size(); ++i) u_differ_all += ruA[i] != ruB[i];
+
+  // Shares of the fp32 part of each bound used (a 16-bit code one step away is the allowance, not the budget).
+  fmt::print("{:<60} {} flush rows ({} early): checkpoint rows over bound {}/{}, worst {:.0f}% of bound, 16-bit "
+             "differ {}; chains over {}/{}, u {:.0f}% o {:.0f}% of bound, u differ {}/{}\n",
+             name, flush_rows, early, ck_rows_over, ck_rows, 100 * ck_worst, ck_differ16, chains_over, chains,
+             100 * u_worst, 100 * o_worst, u_differ, u_written);
+  INFO(name << ": checkpoint rows over " << ck_rows_over << " of " << ck_rows << ", worst " << ck_worst
+            << " of bound; chains over " << chains_over << " of " << chains << ", u worst " << u_worst << ", o worst "
+            << o_worst << ", u differ " << u_differ << " of " << u_written);
+  CHECK(flush_rows == 2);  // the window does flush: at the interval and early
+  CHECK(early == 1);
+  CHECK(changed > 0);
+  if (corrupt) {  // the comparison can fail
+    CHECK(ck_rows_over > 0);
+    CHECK(ck_worst > 1.0);
+    return;
+  }
+  CHECK(ck_rows_over == 0);
+  CHECK(chains_over == 0);
+  CHECK(untouched_bad == 0);
+  CHECK(unwritten == 0);
+  CHECK(padded_touched == 0);
+  CHECK(ring_unwritten == 0);
+  CHECK(ring_differ == 0);
+  CHECK(u_differ_all == u_differ);
+  CHECK(u_differ <= u_written / 100);
+  CHECK(ck_differ16 <= 5 * ck_elems / 1000);
+  if (ck.dual) {
+    CHECK(unrounded == 0);
+    CHECK(rd_differ <= 5 * ck_elems / 1000);
+  }
+}
+
 struct Geo {
   const char* name;
   GdnDims dims;
@@ -549,6 +838,23 @@ TEST_CASE("gdn verify: a corrupted ring entry changes the outputs", "[gpu][gdn][
     run_corrupt(g.name, g.dims, 2, 16);
     run_corrupt(g.name, g.dims, 4, 16);
   }
+}
+
+TEST_CASE("gdn verify: the tensor-core flush against the FFMA flush", "[gpu][gdn][spec]") {
+  if (!have_device()) return;
+  const Geo g = kGeos[1];  // Qwen3.5-4B: K = 128, where the tensor-core fold runs
+  REQUIRE(g.dims.K == 128);
+  // Only windows of 3 and 4 positions fold on tensor cores (gdn_verify.cu kVerifyMma: the T <= 2 and T = 8 kernels
+  // were slower or spilled with it), so the T = 2 and T = 8 cases hold the K = 128 kernel's FFMA fold to the
+  // run-time-K one's.
+  for (int T : {4, 8})
+    for (Ckpt ck : {Ckpt{}, Ckpt{Format::BF16, false, Format::BF16}, Ckpt{Format::FP32, true, Format::BF16}})
+      run_fold_ab(g.name, g.dims, T, 16, ck, false);
+  run_fold_ab(g.name, g.dims, 3, 16, Ckpt{}, false);  // the T = 4 kernel with a position unused
+  run_fold_ab(g.name, g.dims, 2, 16, Ckpt{}, false);  // the T <= 2 kernel
+  run_fold_ab(g.name, g.dims, 4, 32, Ckpt{}, false);  // up to 32 committed entries: two k-steps of the mma fold
+  run_fold_ab(g.name, g.dims, 4, 16, Ckpt{}, true);
+  run_fold_ab(g.name, g.dims, 4, 16, Ckpt{Format::FP32, true, Format::BF16}, true);
 }
 
 TEST_CASE("gdn verify launchers reject bad launch structs with a message naming the field", "[gpu][gdn][spec]") {
