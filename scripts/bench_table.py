@@ -7,7 +7,8 @@ experiments/bench_mamba2_cuda.cu and bench_gdn_cuda.cu). Standard library only.
 Prints, per file, the GPU, date, commit and the ceilings measured in the same run, then one markdown row per case
 of interest: median us per step, modelled bytes, achieved GB/s and its share of the copy and read-only ceilings.
 Re-run the measurement on an H200 with scripts/gpu_run.sh (see GPU.md); its JSON replaces the committed file.
-A file whose name holds "spec" (experiments/bench_spec_cuda.cu, issue 12) gets spec_table's layout instead.
+A bench_spec_cuda file (experiments/bench_spec_cuda.cu, issue 12: its name holds "spec", or its context the keys that
+benchmark writes) gets spec_table's layout instead, --gdn-fold-tune's FFMA twins as a family "gdn fold:fma".
 
     scripts/bench_table.py --ab [--filter REGEX] BASE.json[,BASE2.json] OTHER.json[,OTHER2.json] ...
 
@@ -108,10 +109,11 @@ def spec_table(path):
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     cases = []
     for key, b in rows.items():
-        m = re.match(r"^(mamba2|gdn)/T:(\d+)/batch:(\d+)$", key)
-        if m:
-            cases.append((m.group(1) != "mamba2", int(m.group(3)), int(m.group(2)), m.group(1), b))
-    for _, batch, T, fam, b in sorted(cases):
+        m = re.match(r"^(mamba2|gdn)/T:(\d+)(/fold:fma)?/batch:(\d+)$", key)
+        if m:  # --gdn-fold-tune's twins (FFMA flush) as their own family, after the default rows
+            fam = m.group(1) + (" fold:fma" if m.group(3) else "")
+            cases.append((m.group(1) != "mamba2", bool(m.group(3)), int(m.group(4)), int(m.group(2)), fam, b))
+    for _, _, batch, T, fam, b in sorted(cases, key=lambda c: c[:4]):
         out.append(f"| {fam} | {batch} | {T} | {b.get('us_verify', 0):.1f} | {b.get('us_verify_flush', 0):.1f} "
                    f"| {b.get('us_verify_amortised', 0):.1f} | {b.get('us_per_token', 0):.1f} "
                    f"| {b.get('us_eager_verify', 0):.1f} | {b.get('ratio_eager_over_verify', 0):.2f}x "
@@ -165,6 +167,17 @@ def ab_table(groups, pattern=None):
     return "\n".join(out)
 
 
+def is_spec(path):
+    """A bench_spec_cuda file: by its name, or by the context keys only that benchmark writes."""
+    if "spec" in path.rsplit("/", 1)[-1]:
+        return True
+    try:
+        with open(path) as f:
+            return "nonflush_fill" in json.load(f).get("context", {})
+    except (OSError, ValueError):
+        return False
+
+
 def main(argv):
     if len(argv) >= 2 and argv[1] == "--ab":
         args, pattern = argv[2:], None
@@ -181,7 +194,7 @@ def main(argv):
         sys.exit("usage: scripts/bench_table.py BENCH.json [BENCH.json ...]\n"
                  "       scripts/bench_table.py --ab [--filter REGEX] BASE.json[,BASE2.json] OTHER.json[,...] ...")
     for path in argv[1:]:
-        print(spec_table(path) if "spec" in path.rsplit("/", 1)[-1] else table(path))
+        print(spec_table(path) if is_spec(path) else table(path))
         print()
 
 

@@ -75,3 +75,16 @@ def test_committed_grouped_flush_ab():
     out = bench_table.ab_table([old, new], pattern=r"^replay_g/fp32/K16/flush/batch:256$")
     assert "848.5 / 848.6" in out and "805.8 / 805.9" in out
     assert out.rstrip(" |\n").endswith("0.950")
+
+
+def test_committed_verify_fold_ab_is_a_spec_table():
+    """bench_spec_cuda --gdn-fold-tune output under a name without "spec": found by its context, the FFMA twins as
+    their own family after the default rows (benchmarks/experiments/gdn_verify_mma.cap.1, the README's A/B)."""
+    path = str(ROOT / "benchmarks" / "experiments" / "gdn_verify_mma.cap.1.h200.json")
+    assert bench_table.is_spec(path)
+    lines = bench_table.spec_table(path).splitlines()
+    rows = [ln for ln in lines if ln.startswith("| gdn")]
+    assert [r.split("|")[1].strip() for r in rows[:6]] == ["gdn"] * 3 + ["gdn fold:fma"] * 3
+    assert any("| gdn | 256 | 4 | 290.9 | 473.0 | 323.7 |" in r for r in rows)
+    assert any("| gdn fold:fma | 256 | 4 | 286.4 | 504.5 | 325.7 |" in r for r in rows)
+    assert not bench_table.is_spec(str(ROOT / "benchmarks" / "runs" / "mamba2-bench.79f12a9.h200.json"))
