@@ -627,7 +627,7 @@ void run_fold_ab(const std::string& geo, GdnDims d, int T, int interval, Ckpt ck
   }
   int flush_rows = 0, early = 0;
   long long ck_rows = 0, ck_rows_over = 0, ck_elems = 0, ck_differ16 = 0, unrounded = 0, rd_differ = 0;
-  long long untouched_bad = 0;
+  long long untouched_bad = 0, ck_any = 0;  // ck_any: flushed elements whose two results differ at all
   double ck_worst = 0, changed = 0;  // worst: the largest share of the fp32 part of the bound used
   std::vector<bool> flushed(rows, false);
   for (int r = 0; r < rows; ++r) flushed[r] = slots[r] >= 0 && spec_flushes(fills[r], interval, T, hist);
@@ -662,6 +662,7 @@ void run_fold_ab(const std::string& geo, GdnDims d, int T, int interval, Ckpt ck
           double M = std::exp(GK) * std::fabs(init[o]);
           for (int e = 0; e < h; ++e) M += a[e] * key[e * K + n];
           const double x = ckA[o], y = ckB[o], diff = std::fabs(x - y);
+          ck_any += x != y;
           const double bound = eps_fold * M;
           double step = 0;  // a 16-bit element whose codes differ: one step of its format allowed on top
           if (ck.fmt != Format::FP32 && x != y)
@@ -766,6 +767,10 @@ void run_fold_ab(const std::string& geo, GdnDims d, int T, int interval, Ckpt ck
   CHECK(flush_rows == 2);  // the window does flush: at the interval and early
   CHECK(early == 1);
   CHECK(changed > 0);
+  // Windows of 3-4 positions fold on tensor cores (gdn_verify.cu kVerifyMma): their two runs must differ somewhere,
+  // or mma_fold selected the same fold twice (93e0625's log: 7-14% of the bound used at T = 3, 4 on fp32 checkpoints,
+  // 64 differing codes on bf16).
+  if (T == 3 || T == 4) CHECK(ck_any > 0);
   if (corrupt) {  // the comparison can fail
     CHECK(ck_rows_over > 0);
     CHECK(ck_worst > 1.0);
