@@ -188,6 +188,9 @@ __device__ void gv_flush_head(const Mamba2StepArgs& a, const GVCtx& t, int hl, i
   // fp32: R·TP = 16 dots a chunk as gv_read (4 rows in flight at T <= 4); 16-bit rows hold twice the values and
   // would spill at 16.
   constexpr int R = (sizeof(CK) == 4 ? 16 : 8) / TP;
+  // Entries per block of the fold: 2, as 4 pushed the kernels at the 128-register cap into spills (fp32 T = 4: 4 -> 8
+  // bytes, its dual twin 12 -> 28) where 2 removes the fp32 T = 4 kernel's.
+  constexpr int kEB = 2;
   const TileLayout<CK> lay(N);
   constexpr int kVec = TileLayout<CK>::kVec;
   constexpr bool kDual = !std::is_void<RDT>::value;
@@ -209,15 +212,41 @@ __device__ void gv_flush_head(const Mamba2StepArgs& a, const GVCtx& t, int hl, i
     float v[R][kVec];
 #pragma unroll
     for (int u = 0; u < R; ++u) {
-      const int pl = min(p0 + u * lay.rpp + lay.rsub, P - 1);
       StateVec<CK>::unpack(q[u], v[u]);
 #pragma unroll
       for (int k = 0; k < kVec; ++k) v[u][k] *= decay;
-      for (int e = 0; e < nf; ++e) {
-        const float ue = su[pl * H4 + e];
-        const float* Be = sBc + e * L.n4();
+    }
+    // Entries kEB at a time: each B_e read once per chunk for its R rows, each row's kEB weights in one load (H4 is a
+    // multiple of 4, e0 of kEB). Entry by entry per row, a chunk cost R·(kVec/4 + 1) shared-memory loads per entry. Each
+    // element's fmaf chain is unchanged (decay, then e in order): bit-identical to the per-head kernel.
+    for (int e0 = 0; e0 < nf; e0 += kEB) {
+      const int ne = min(kEB, nf - e0);
+      float b[kEB][kVec];
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) v[u][k] = fmaf(ue, Be[k], v[u][k]);
+      for (int ee = 0; ee < kEB; ++ee)
+#pragma unroll
+        for (int k = 0; k < kVec; k += 4) {
+          const float4 w = ee < ne ? *reinterpret_cast<const float4*>(sBc + (e0 + ee) * L.n4() + k)
+                                   : make_float4(0.f, 0.f, 0.f, 0.f);
+          b[ee][k] = w.x, b[ee][k + 1] = w.y, b[ee][k + 2] = w.z, b[ee][k + 3] = w.w;
+        }
+#pragma unroll
+      for (int u = 0; u < R; ++u) {
+        const int pl = min(p0 + u * lay.rpp + lay.rsub, P - 1);
+        float ue[kEB];
+        if constexpr (kEB == 4) {
+          const float4 w = *reinterpret_cast<const float4*>(su + pl * H4 + e0);
+          ue[0] = w.x, ue[1] = w.y, ue[2] = w.z, ue[3] = w.w;
+        } else {
+          const float2 w = *reinterpret_cast<const float2*>(su + pl * H4 + e0);
+          ue[0] = w.x, ue[1] = w.y;
+        }
+#pragma unroll
+        for (int ee = 0; ee < kEB; ++ee)
+          if (ee < ne) {
+#pragma unroll
+            for (int k = 0; k < kVec; ++k) v[u][k] = fmaf(ue[ee], b[ee][k], v[u][k]);
+          }
       }
     }
     CK* c0 = chunk_row0(ck + off, lay, p0, N);
