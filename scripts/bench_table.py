@@ -14,7 +14,9 @@ benchmark writes) gets spec_table's layout instead, --gdn-fold-tune's FFMA twins
 
 A/B calls (benchmarks/experiments/README.md, scripts/ab_relink.sh): each argument is one build's runs from the same
 device call, comma-separated (repeats of an alternating call); per case, each run's median, their mean, and the mean
-over the first build's (the baseline). Cases are those every build measured, optionally matching REGEX.
+over the first build's (the baseline). Cases are those every build measured, optionally matching REGEX. A
+bench_spec_cuda case (real time: the non-flushing verify window) adds "CASE [verify flush]" and "CASE [verify
+amortised]" from its counters.
 """
 import json
 import re
@@ -137,13 +139,24 @@ def spec_table(path):
     return "\n".join(out)
 
 
+# bench_spec_cuda counters (µs) that --ab shows as cases of their own, beside the case's real time (the non-flushing
+# verify window).
+SPEC_AB_COUNTERS = [("us_verify_flush", "[verify flush]"), ("us_verify_amortised", "[verify amortised]")]
+
+
 def medians_of(path):
     """Case -> median µs of one Google Benchmark JSON; a file without median rows is refused by name."""
     with open(path) as f:
         rows = median_rows(json.load(f))
     if not rows:
         raise ValueError(f"{path} has no median rows (a --once run, or repetitions without aggregates?)")
-    return {k: us_of(b) for k, b in rows.items()}
+    out = {k: us_of(b) for k, b in rows.items()}
+    # bench_spec_cuda: a case's real time is the non-flushing window; its flushing and amortised verify are counters.
+    for k, b in rows.items():
+        for counter, tag in SPEC_AB_COUNTERS:
+            if counter in b:
+                out[f"{k} {tag}"] = b[counter]
+    return out
 
 
 def ab_table(groups, pattern=None):
@@ -179,6 +192,9 @@ def is_spec(path):
 
 
 def main(argv):
+    if len(argv) >= 2 and argv[1] in ("-h", "--help"):
+        print(__doc__)
+        return
     if len(argv) >= 2 and argv[1] == "--ab":
         args, pattern = argv[2:], None
         if len(args) >= 2 and args[0] == "--filter":

@@ -88,3 +88,22 @@ def test_committed_verify_fold_ab_is_a_spec_table():
     assert any("| gdn | 256 | 4 | 290.9 | 473.0 | 323.7 |" in r for r in rows)
     assert any("| gdn fold:fma | 256 | 4 | 286.4 | 504.5 | 325.7 |" in r for r in rows)
     assert not bench_table.is_spec(str(ROOT / "benchmarks" / "runs" / "mamba2-bench.79f12a9.h200.json"))
+
+
+def test_committed_mamba2_verify_fold_ab_shows_the_flush():
+    """A bench_spec_cuda A/B: the flushing and amortised verify (counters) are rows of their own, beside the non-flushing
+    window (real time); benchmarks/experiments/mamba2_verify_fold.call2.*, the experiments README's table."""
+    e = ROOT / "benchmarks" / "experiments"
+    old = [str(e / f"mamba2_verify_fold.call2.old.{i}.h200.json") for i in (1, 2)]
+    new = [str(e / f"mamba2_verify_fold.call2.kept.{i}.h200.json") for i in (1, 2)]
+    out = bench_table.ab_table([old, new], pattern=r"^mamba2/T:4/batch:256")
+    rows = {line.split("|")[1].strip(" `"): line for line in out.splitlines() if line.startswith("| `")}
+    assert set(rows) == {"mamba2/T:4/batch:256", "mamba2/T:4/batch:256 [verify flush]",
+                         "mamba2/T:4/batch:256 [verify amortised]"}
+    assert "1074.0 / 1071.8" in rows["mamba2/T:4/batch:256 [verify flush]"]
+    assert rows["mamba2/T:4/batch:256 [verify amortised]"].rstrip(" |").endswith("0.921")
+
+
+def test_help_prints_the_usage():
+    r = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "--ab [--filter REGEX]" in r.stdout
