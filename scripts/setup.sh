@@ -10,6 +10,7 @@ pkgs=(
   libeigen3-dev libboost-program-options-dev
   libhdf5-dev hdf5-tools
   libfmt-dev catch2 libbenchmark-dev
+  zstd xz-utils  # scripts/dist_pack.sh: the device bundle's patches
 )
 # The fuzzing build uses clang, its runtimes (libFuzzer, ASan) and LLVM's OpenMP (clang's -fopenmp is libomp).
 pkgs+=(clang libclang-rt-dev libomp-dev)

@@ -114,7 +114,7 @@ failed_total=$((failed_total + $(sed -E 's/.* ([0-9]+) failed.*/\1/' <<<"$fuzz_l
 tests_python() {
   local rc=0
   REPLAYSSM="$PWD/build/experiments/replayssm" python3 -m pytest -q -p no:cacheprovider tests/python/test_analysis.py \
-    tests/python/test_bench_table.py 2>&1 | tee build/pytest.log || rc=$?  # pipefail: pytest's status, not tee's
+    tests/python/test_bench_table.py tests/python/test_dist_pack.py 2>&1 | tee build/pytest.log || rc=$?  # pipefail: pytest's status, not tee's
   if [ "$rc" -eq 5 ]; then echo "test.sh: pytest collected no tests (exit 5): the analysis tests are not wired" >&2; fi
   return "$rc"
 }

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Shrinks the dist/ bundle (scripts/make_dist.sh, scripts/ab_relink.sh) for the device's carry limit (64 MiB a call:
+# /work/.library/device/README.md). The GPU programs each embed the same kernels, compressed (nvcc's fatbins), so
+# xz of dist/ as it is holds every copy: the GPU tests and one benchmark were about the most one call could carry.
+# Here the GPU test binary is kept whole and every other program of dist/bin becomes a zstd patch against it
+# (--patch-from: a relinked A/B benchmark is 0.1-10 MB, not 40), then bin/, lib/, the patches and zstd itself (the
+# device has none) go into one dist/pack.tar.xz beside dist/unpack.sh, which restores dist/bin and dist/lib there:
+#
+#   here:      scripts/make_dist.sh build  [scripts/ab_relink.sh ...]  scripts/dist_pack.sh
+#   on the H200 (dist in the call's carry):  dist/unpack.sh && LD_LIBRARY_PATH=$PWD/dist/lib dist/bin/...
+#              (scripts/gpu_run.sh runs dist/unpack.sh itself when it finds the pack)
+#
+#   scripts/dist_pack.sh [DIST_DIR]     default dist; needs DIST_DIR/bin/replayssm_gpu_tests (a CUDA build) and zstd
+# The binaries are stripped first (symbols are most of a binary's compressible bytes). Fails, leaving dist/ as it
+# was, when a program is missing or when the pack exceeds 60 MiB (the rest of the tree travels too).
+set -euo pipefail
+dist=${1:-dist}
+die() { echo "dist_pack: $*" >&2; exit 1; }
+base="$dist/bin/replayssm_gpu_tests"
+[ -f "$base" ] || die "$base not found: make the dist/ bundle from a CUDA build first (scripts/make_dist.sh build)"
+[ -d "$dist/lib" ] || die "$dist/lib not found: make the dist/ bundle first (scripts/make_dist.sh)"
+zstd_bin=$(command -v zstd) || die "zstd not found (apt-get install zstd; scripts/setup.sh installs it)"
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/patch" "$stage/tools"
+cp -p "$base" "$stage/bin/"
+strip "$stage/bin/replayssm_gpu_tests" 2>/dev/null || true  # not an ELF file (the tests' stand-ins): kept as is
+for f in "$dist"/bin/*; do
+  name=$(basename "$f")
+  [ "$name" = replayssm_gpu_tests ] && continue
+  cp -p "$f" "$stage/$name"
+  strip "$stage/$name" 2>/dev/null || true
+  "$zstd_bin" -q --patch-from="$stage/bin/replayssm_gpu_tests" "$stage/$name" -o "$stage/patch/$name.zst"
+  rm "$stage/$name"
+done
+cp -rp "$dist/lib" "$stage/lib"
+# zstd and the shared libraries it loads (not the C library: the device's is newer than Debian 12's).
+cp -L "$zstd_bin" "$stage/tools/zstd"
+for l in $(ldd "$zstd_bin" | awk '/=> \//{print $3}' | grep -v -E '/libc\.so|/libm\.so|ld-linux'); do
+  cp -L "$l" "$stage/tools/"
+done
+tar -C "$stage" -cf - bin lib patch tools | xz -T2 -6 > "$stage/pack.tar.xz"
+size=$(stat -c %s "$stage/pack.tar.xz")
+[ "$size" -le $((60 * 1024 * 1024)) ] || die "the pack is $((size / 1048576)) MiB, over 60 MiB: carry fewer programs"
+
+cat > "$stage/unpack.sh" <<'EOF'
+#!/usr/bin/env bash
+# Restores dist/bin and dist/lib from dist/pack.tar.xz (made by scripts/dist_pack.sh): the GPU test binary whole, the
+# other programs from their zstd patches against it. Run on the device before anything in dist/bin.
+set -euo pipefail
+cd "$(dirname "$0")"
+[ -f pack.tar.xz ] || { echo "unpack: $PWD/pack.tar.xz not found" >&2; exit 1; }
+rm -rf bin lib patch tools
+tar xJf pack.tar.xz
+for p in patch/*.zst; do
+  [ -e "$p" ] || continue
+  out="bin/$(basename "$p" .zst)"
+  LD_LIBRARY_PATH=tools tools/zstd -q -d --memory=2048MB --patch-from=bin/replayssm_gpu_tests "$p" -o "$out"
+  chmod +x "$out"
+done
+rm -rf patch tools
+echo "unpack: $(ls bin | wc -l) programs in $PWD/bin"
+EOF
+chmod +x "$stage/unpack.sh"
+rm -rf "$dist/bin" "$dist/lib"
+mv "$stage/pack.tar.xz" "$stage/unpack.sh" "$dist/"
+echo "dist_pack: $dist/pack.tar.xz $((size / 1048576)) MiB ($(ls "$stage/patch" | wc -l) patched programs); on the device: $dist/unpack.sh"
