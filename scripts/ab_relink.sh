@@ -14,7 +14,8 @@
 #     -b BUILD_DIR default build;  -n NAME suffix of the outputs (default: REV, or the patch's name);
 #     -t           relink tests/gpu/replayssm_gpu_tests too
 #   Outputs: dist/bin/BENCH_NAME (and dist/bin/replayssm_gpu_tests_NAME); run scripts/make_dist.sh before this, since
-#   it empties dist/bin. Then on the H200, alternate the binaries in one call, e.g.
+#   it empties dist/bin, and scripts/dist_pack.sh after it (the relinks travel as small patches; dist/unpack.sh
+#   restores them on the device). Then on the H200, alternate the binaries in one call, e.g.
 #     for i in 1 2; do for v in bench_mamba2_cuda bench_mamba2_cuda_22a978c; do dist/bin/$v --benchmark_filter=... \
 #       --benchmark_out=$OUT/$v.$i.json --benchmark_out_format=json; done; done
 set -euo pipefail
@@ -30,7 +31,7 @@ while getopts "b:n:r:t" o; do
   esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 3 ] || { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 file=$1 src=$2
 shift 2
 die() { echo "ab_relink: $*" >&2; exit 1; }
