@@ -31,7 +31,7 @@ while getopts "b:n:r:t" o; do
   esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 3 ] || { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 3 ] || { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 file=$1 src=$2
 shift 2
 die() { echo "ab_relink: $*" >&2; exit 1; }
