@@ -65,7 +65,8 @@ EOF
 chmod +x "$stage/unpack.sh"
 rm -rf "$dist/bin" "$dist/lib"
 mv "$stage/pack.tar.xz" "$stage/unpack.sh" "$dist/"
-echo "dist_pack: $dist/pack.tar.xz $((size / 1048576)) MiB ($(ls "$stage/patch" | wc -l) patched programs); on the device: $dist/unpack.sh"
+echo "dist_pack: $dist/pack.tar.xz $((size / 1048576)) MiB ($(ls "$stage/patch" | wc -l) patched programs);" \
+     "on the device: $dist/unpack.sh"
 # The working tree travels too, within the same 64 MiB: say so when the two together would not fit.
 if tree=$(git ls-files -z 2>/dev/null | xargs -0 -r stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}'); then
   total=$(( (tree + size) / 1048576 ))

@@ -188,8 +188,8 @@ __device__ void gv_flush_head(const Mamba2StepArgs& a, const GVCtx& t, int hl, i
   // fp32: R·TP = 16 dots a chunk as gv_read (4 rows in flight at T <= 4); 16-bit rows hold twice the values and
   // would spill at 16.
   constexpr int R = (sizeof(CK) == 4 ? 16 : 8) / TP;
-  // Entries per block of the fold: 2, as 4 pushed the kernels at the 128-register cap into spills (fp32 T = 4: 4 -> 8
-  // bytes, its dual twin 12 -> 28) where 2 removes the fp32 T = 4 kernel's.
+  // Entries per block of the fold: 2. At 4 the kernels at the 128-register cap spilled more (fp32 T = 4: 8 bytes, its
+  // dual twin 28) and the fold was slower (benchmarks/experiments/README.md, "the flushing window's fold").
   constexpr int kEB = 2;
   const TileLayout<CK> lay(N);
   constexpr int kVec = TileLayout<CK>::kVec;
@@ -217,8 +217,8 @@ __device__ void gv_flush_head(const Mamba2StepArgs& a, const GVCtx& t, int hl, i
       for (int k = 0; k < kVec; ++k) v[u][k] *= decay;
     }
     // Entries kEB at a time: each B_e read once per chunk for its R rows, each row's kEB weights in one load (H4 is a
-    // multiple of 4, e0 of kEB). Entry by entry per row, a chunk cost R·(kVec/4 + 1) shared-memory loads per entry. Each
-    // element's fmaf chain is unchanged (decay, then e in order): bit-identical to the per-head kernel.
+    // multiple of 4, e0 of kEB). Entry by entry per row, a chunk cost R·(kVec/4 + 1) shared-memory loads per entry.
+    // Each element's fmaf chain is unchanged (decay, then e in order): bit-identical to the per-head kernel.
     for (int e0 = 0; e0 < nf; e0 += kEB) {
       const int ne = min(kEB, nf - e0);
       float b[kEB][kVec];

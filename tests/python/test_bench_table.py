@@ -91,8 +91,9 @@ def test_committed_verify_fold_ab_is_a_spec_table():
 
 
 def test_committed_mamba2_verify_fold_ab_shows_the_flush():
-    """A bench_spec_cuda A/B: the flushing and amortised verify (counters) are rows of their own, beside the non-flushing
-    window (real time); benchmarks/experiments/mamba2_verify_fold.call2.*, the experiments README's table."""
+    """A bench_spec_cuda A/B: the flushing and amortised verify (counters) are rows of their own, beside the
+    non-flushing window (real time); benchmarks/experiments/mamba2_verify_fold.call2.*, the experiments README's
+    table."""
     e = ROOT / "benchmarks" / "experiments"
     old = [str(e / f"mamba2_verify_fold.call2.old.{i}.h200.json") for i in (1, 2)]
     new = [str(e / f"mamba2_verify_fold.call2.kept.{i}.h200.json") for i in (1, 2)]

@@ -11,7 +11,8 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "dist_pack.sh"
 
-pytestmark = pytest.mark.skipif(shutil.which("zstd") is None, reason="zstd not installed (scripts/setup.sh installs it)")
+pytestmark = pytest.mark.skipif(shutil.which("zstd") is None,
+                                reason="zstd not installed (scripts/setup.sh installs it)")
 
 
 def make_dist(tmp_path):
