@@ -191,6 +191,7 @@ __device__ void gv_flush_head(const Mamba2StepArgs& a, const GVCtx& t, int hl, i
   // Entries per block of the fold: 2. At 4 the kernels at the 128-register cap spilled more (fp32 T = 4: 8 bytes, its
   // dual twin 28) and the fold was slower (benchmarks/experiments/README.md, "the flushing window's fold").
   constexpr int kEB = 2;
+  static_assert(kEB == 2, "each row's weights are read as one float2");
   const TileLayout<CK> lay(N);
   constexpr int kVec = TileLayout<CK>::kVec;
   constexpr bool kDual = !std::is_void<RDT>::value;
@@ -233,14 +234,8 @@ __device__ void gv_flush_head(const Mamba2StepArgs& a, const GVCtx& t, int hl, i
 #pragma unroll
       for (int u = 0; u < R; ++u) {
         const int pl = min(p0 + u * lay.rpp + lay.rsub, P - 1);
-        float ue[kEB];
-        if constexpr (kEB == 4) {
-          const float4 w = *reinterpret_cast<const float4*>(su + pl * H4 + e0);
-          ue[0] = w.x, ue[1] = w.y, ue[2] = w.z, ue[3] = w.w;
-        } else {
-          const float2 w = *reinterpret_cast<const float2*>(su + pl * H4 + e0);
-          ue[0] = w.x, ue[1] = w.y;
-        }
+        const float2 w = *reinterpret_cast<const float2*>(su + pl * H4 + e0);
+        const float ue[kEB] = {w.x, w.y};
 #pragma unroll
         for (int ee = 0; ee < kEB; ++ee)
           if (ee < ne) {
