@@ -119,8 +119,10 @@ TEST_CASE("contract: stored bytes of checkpoint stores, every format and roundin
       // Codes and the fp32 scale, as a kernel lays out one scaled row; the copy must hold their dequantised values.
       std::vector<uint32_t> r(static_cast<size_t>(n));
       for (long long i = 0; i < n; ++i) r[i] = state_random_bits(kSeed, RandomStream::CheckpointUpdate, step, i);
+      // The row as a kernel's fp32 registers hold it: the copy quantises float rows (checkpoint.cpp).
+      const std::vector<float> rowf(row.begin(), row.end());
       std::vector<uint8_t> codes(static_cast<size_t>(n));
-      const float scale = quantize_row(c.f, c.r, row.data(), static_cast<size_t>(n), codes.data(),
+      const float scale = quantize_row(c.f, c.r, rowf.data(), static_cast<size_t>(n), codes.data(),
                                        c.r == Rounding::Stochastic ? r.data() : nullptr);
       std::vector<double> deq(static_cast<size_t>(n));
       dequantize_row(c.f, codes.data(), static_cast<size_t>(n), scale, deq.data());
@@ -142,6 +144,26 @@ TEST_CASE("contract: stored bytes of checkpoint stores, every format and roundin
   CHECK(float_to_bf16_bits(static_cast<float>(bf.values()[1])) == 0x3F80);  // 1 + 2^-8: a tie, to even (down)
   CHECK(float_to_bf16_bits(static_cast<float>(bf.values()[12])) == 0x3F80);  // the same tie
   CHECK(float_to_bf16_bits(static_cast<float>(bf.values()[2])) == 0xBF80);  // -1 - 2^-9: below half an ulp
+}
+
+TEST_CASE("contract: a scaled copy quantises the fp32 row, as a kernel does, not the double one", "[contract]") {
+  // Found by search: in fp32, 2.01582407951355 / scale is exactly 1.0625, the e4m3 tie between 1 and 1.125 (to even:
+  // 1); the exact quotient is 1.0625000393, which a double row rounds up to 1.125. The stored value must be the fp32
+  // path's, so a kernel quantising its registers stores the same code.
+  const std::vector<double> row = {849.9662475585938, 2.01582407951355};
+  const std::vector<float> rowf(row.begin(), row.end());
+  REQUIRE(static_cast<double>(rowf[0]) == row[0]);  // both are floats: only the quotient's precision differs
+  REQUIRE(static_cast<double>(rowf[1]) == row[1]);
+  CheckpointCopy copy;
+  copy.init(Format::E4M3, Rounding::Nearest, 2, 2, RandomStream::CheckpointRead, kSeed);
+  copy.store(row.data(), 0, 2, 1);
+  uint8_t cf[2], cd[2];
+  const float sf = quantize_row(Format::E4M3, Rounding::Nearest, rowf.data(), 2, cf);
+  const float sd = quantize_row(Format::E4M3, Rounding::Nearest, row.data(), 2, cd);
+  REQUIRE(sf == sd);
+  CHECK(cf[1] != cd[1]);  // the two paths differ here: the check below can fail
+  CHECK(copy.values()[1] == static_cast<double>(e4m3_bits_to_float(cf[1])) * sf);
+  CHECK(copy.values()[1] == 1.0 * sf);
 }
 
 TEST_CASE("contract: stochastic rounding through a replay decoder uses the (seed, stream, step, element) bits",

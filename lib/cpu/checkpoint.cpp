@@ -38,16 +38,21 @@ void CheckpointCopy::store(const double* src, long long off, long long n, long l
     std::copy(src, src + n, dst);
     return;
   }
+  // The decoder's arithmetic produced src; storing first rounds it to fp32 (the value a kernel's fp32 register
+  // holds), then into the format: with fp32 arithmetic the first rounding is exact. A scaled row is then quantised
+  // as a float row (scale and quotients in fp32, numeric/scaled.h), as a kernel computes it from its registers: a
+  // double row's quotients would round twice differently in rare ties and fix-up steps, and the stored bytes would
+  // no longer be the kernel's (docs/fp_contract.md).
   if (is_scaled_format(fmt_)) {
     codes_.resize(static_cast<size_t>(row_len_));
+    std::vector<float> row(static_cast<size_t>(row_len_));
     for (long long r = 0; r < n; r += row_len_) {
-      const float scale = quantize_row(fmt_, rnd_, src + r, row_len_, codes_.data(), sr ? &random_[r] : nullptr);
+      for (int i = 0; i < row_len_; ++i) row[i] = static_cast<float>(src[r + i]);
+      const float scale = quantize_row(fmt_, rnd_, row.data(), row_len_, codes_.data(), sr ? &random_[r] : nullptr);
       dequantize_row(fmt_, codes_.data(), row_len_, scale, dst + r);
     }
     return;
   }
-  // The decoder's arithmetic produced src; storing first rounds it to fp32 (the value a kernel's fp32 register
-  // holds), then into the format: with fp32 arithmetic the first rounding is exact.
   if (sr) {
     for (long long i = 0; i < n; ++i) dst[i] = round_stochastic(fmt_, static_cast<float>(src[i]), random_[i]);
   } else {
