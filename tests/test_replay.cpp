@@ -14,46 +14,20 @@
 #include "cpu/replay.h"
 #include "test_util.h"
 #include "trace/synth.h"
+#include "trace_fixtures.h"
 
 using namespace rssm;
+using test::run_chunked;
+using test::small_layer;
 
 namespace {
-
-SynthConfig small(Family f, long long steps, int seqs, uint64_t seed) {
-  SynthConfig sc;
-  sc.model.family = f;
-  if (f == Family::Mamba2) {
-    sc.model.mamba2.H = 8, sc.model.mamba2.P = 8, sc.model.mamba2.N = 16, sc.model.mamba2.G = 2;
-    sc.model.mamba2.has_z = true;
-  } else {
-    sc.model.gdn.HK = 2, sc.model.gdn.HV = 4, sc.model.gdn.K = 16, sc.model.gdn.V = 8;
-  }
-  sc.steps = steps;
-  sc.seqs = seqs;
-  sc.seed = seed;
-  sc.slow_head_frac = 0.25;
-  return sc;
-}
-
-std::vector<double> run(Decoder& d, TraceSource& src, long long steps, int chunk = 13) {
-  d.reset(src.model(), src.seqs());
-  const size_t per = static_cast<size_t>(src.seqs()) * src.model().out_elems();
-  std::vector<double> y(static_cast<size_t>(steps) * per);
-  InputChunk c;
-  for (long long s0 = 0; s0 < steps; s0 += chunk) {
-    const int n = static_cast<int>(std::min<long long>(chunk, steps - s0));
-    src.read(s0, n, c);
-    d.advance(c, 0, n, y.data() + s0 * per);
-  }
-  return y;
-}
 
 using test::max_rel;
 
 // The fp64 reference state after the first `steps` steps of src: [seqs, state_elems].
 std::vector<double> reference_state(TraceSource& src, long long steps) {
   ReferenceDecoder ref;
-  run(ref, src, steps);
+  run_chunked(ref, src, steps);
   return ref.raw_state();
 }
 
@@ -72,11 +46,11 @@ ReplayOptions exact_opts(int interval, int buffer_len) {
 
 TEST_CASE("replay in fp64 equals eager fp64 to 1e-12 for every interval and buffer length", "[replay]") {
   for (Family fam : {Family::Mamba2, Family::GDN}) {
-    SynthSource src(small(fam, 100, 2, 3));
+    SynthSource src(small_layer(fam, 100, 2, 3));
     EagerDecoder eager(Format::FP64);
-    const auto ye = run(eager, src, 100);
+    const auto ye = run_chunked(eager, src, 100);
     ReferenceDecoder ref;
-    CHECK(max_rel(run(ref, src, 100), ye) < 1e-13);  // fp64 eager is the reference computed another way
+    CHECK(max_rel(run_chunked(ref, src, 100), ye) < 1e-13);  // fp64 eager is the reference computed another way
     for (GdnRoute route : {GdnRoute::Inner, GdnRoute::Reconstruct}) {
       if (fam == Family::Mamba2 && route == GdnRoute::Reconstruct) continue;
       for (int interval : {1, 2, 3, 8, 16, 64})
@@ -84,7 +58,7 @@ TEST_CASE("replay in fp64 equals eager fp64 to 1e-12 for every interval and buff
           ReplayOptions o = exact_opts(interval, interval + extra);
           o.route = route;
           ReplayDecoder rd(o);
-          const auto yr = run(rd, src, 100);
+          const auto yr = run_chunked(rd, src, 100);
           INFO(family_name(fam) << " route " << gdn_route_name(route) << " interval " << interval << " buffer "
                                 << interval + extra);
           CHECK(max_rel(yr, ye) < output_tolerance(Format::FP64).rel_max);
@@ -100,11 +74,11 @@ TEST_CASE("replay in fp64 equals eager fp64 to 1e-12 for every interval and buff
 
 TEST_CASE("replay checkpoint equals the reference state at the flush step", "[replay]") {
   for (Family fam : {Family::Mamba2, Family::GDN}) {
-    SynthSource src(small(fam, 48, 2, 5));
+    SynthSource src(small_layer(fam, 48, 2, 5));
     ReplayDecoder rd(exact_opts(16, 0));
-    run(rd, src, 48);
+    run_chunked(rd, src, 48);
     ReferenceDecoder ref;
-    run(ref, src, 48);
+    run_chunked(ref, src, 48);
     const auto a = rd.state()[0].to_vector();
     const auto b = ref.raw_state();
     CHECK(max_rel(a, b) < output_tolerance(Format::FP64).rel_max);
@@ -113,7 +87,7 @@ TEST_CASE("replay checkpoint equals the reference state at the flush step", "[re
 
 TEST_CASE("replay with interval 1 in fp32 equals fp32 eager to rounding", "[replay]") {
   for (Family fam : {Family::Mamba2, Family::GDN}) {
-    SynthSource src(small(fam, 200, 2, 7));
+    SynthSource src(small_layer(fam, 200, 2, 7));
     EagerDecoder eager(Format::FP32);
     ReplayOptions o;
     o.interval = 1;
@@ -121,7 +95,7 @@ TEST_CASE("replay with interval 1 in fp32 equals fp32 eager to rounding", "[repl
     o.buffer_format = Format::FP32;
     ReplayDecoder rd(o);
     ReferenceDecoder ref;
-    const auto yr = run(ref, src, 200), ye = run(eager, src, 200), yp = run(rd, src, 200);
+    const auto yr = run_chunked(ref, src, 200), ye = run_chunked(eager, src, 200), yp = run_chunked(rd, src, 200);
     const double d_pair = max_rel(yp, ye), d_eager = max_rel(ye, yr);
     INFO(family_name(fam) << ": replay-vs-eager " << d_pair << ", eager-vs-fp64 " << d_eager);
     // fp32 rounding: both sit a few ulps of fp32 (1.2e-7) from each other, and from the fp64 reference: within the
@@ -141,7 +115,7 @@ TEST_CASE("a corrupted buffer entry makes the outputs diverge and leave the tole
   fp32.buffer_format = Format::FP32;
   for (Family fam : {Family::Mamba2, Family::GDN})
     for (const ReplayOptions& o : {exact_opts(8, 0), fp32}) {
-      SynthSource src(small(fam, 40, 1, 9));
+      SynthSource src(small_layer(fam, 40, 1, 9));
       ReplayDecoder good(o), bad(o);
       ReferenceDecoder ref;
       good.reset(src.model(), 1);
@@ -226,14 +200,15 @@ TEST_CASE("a decoder emitting one NaN per step fails every comparison (the old m
   const double tol64 = output_tolerance(Format::FP64).rel_max, tol32 = output_tolerance(Format::FP32).rel_max;
   for (Family fam : {Family::Mamba2, Family::GDN}) {
     INFO(family_name(fam));
-    SynthSource src(small(fam, 100, 2, 3));
+    SynthSource src(small_layer(fam, 100, 2, 3));
     const int out = src.model().out_elems();
     ReferenceDecoder ref;
     EagerDecoder eager64(Format::FP64), eager32(Format::FP32), eager16(Format::BF16);
-    const auto yr = run(ref, src, 100), ye = run(eager64, src, 100), ye32 = run(eager32, src, 100);
+    const auto yr = run_chunked(ref, src, 100), ye = run_chunked(eager64, src, 100),
+               ye32 = run_chunked(eager32, src, 100);
     ReplayDecoder exact(exact_opts(8, 0));
     NanPlanting planted_exact(exact);
-    const auto yn = run(planted_exact, src, 100);
+    const auto yn = run_chunked(planted_exact, src, 100);
     REQUIRE(std::count_if(yn.begin(), yn.end(), [](double v) { return std::isnan(v); }) == 100);
 
     // Agreement with the reference, NaN on either side: the old helper passes, the new one fails.
@@ -253,7 +228,7 @@ TEST_CASE("a decoder emitting one NaN per step fails every comparison (the old m
     o.buffer_format = Format::FP32;
     ReplayDecoder rd32(o);
     NanPlanting planted32(rd32);
-    const auto yp = run(planted32, src, 100);
+    const auto yp = run_chunked(planted32, src, 100);
     const double d_old = old_max_rel(yp, ye32), d_new = max_rel(yp, ye32);
     CHECK((d_old < tol32 && d_old < 2e-5 && d_old > 0));
     CHECK_FALSE(d_new < tol32);
@@ -261,7 +236,7 @@ TEST_CASE("a decoder emitting one NaN per step fails every comparison (the old m
 
     // "Diverges": a NaN-emitting bf16 decoder passed a check that it differs, the new helper refuses to judge it.
     NanPlanting planted16(eager16);
-    const auto y16 = run(planted16, src, 100);
+    const auto y16 = run_chunked(planted16, src, 100);
     CHECK(old_max_rel(y16, ye) > 1e-6);
     CHECK_FALSE(max_rel(y16, ye) > 1e-6);
 

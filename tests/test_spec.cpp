@@ -19,39 +19,11 @@
 #include "trace_fixtures.h"
 
 using namespace rssm;
+using test::run_chunked;
+using test::small_layer;
 using Catch::Matchers::Contains;
 
 namespace {
-
-SynthConfig small(Family f, long long steps, int seqs, uint64_t seed) {
-  SynthConfig sc;
-  sc.model.family = f;
-  if (f == Family::Mamba2) {
-    sc.model.mamba2.H = 8, sc.model.mamba2.P = 8, sc.model.mamba2.N = 16, sc.model.mamba2.G = 2;
-    sc.model.mamba2.has_z = true;
-  } else {
-    sc.model.gdn.HK = 2, sc.model.gdn.HV = 4, sc.model.gdn.K = 16, sc.model.gdn.V = 8;
-  }
-  sc.steps = steps;
-  sc.seqs = seqs;
-  sc.seed = seed;
-  sc.slow_head_frac = 0.25;
-  return sc;
-}
-
-// Runs d over the first `steps` steps in chunks; per-step hook after each chunk piece of one step when step_hook set.
-std::vector<double> run(Decoder& d, TraceSource& src, long long steps, int chunk = 13) {
-  d.reset(src.model(), src.seqs());
-  const size_t per = static_cast<size_t>(src.seqs()) * src.model().out_elems();
-  std::vector<double> y(static_cast<size_t>(steps) * per);
-  InputChunk c;
-  for (long long s0 = 0; s0 < steps; s0 += chunk) {
-    const int n = static_cast<int>(std::min<long long>(chunk, steps - s0));
-    src.read(s0, n, c);
-    d.advance(c, 0, n, y.data() + s0 * per);
-  }
-  return y;
-}
 
 ReplayOptions fp32_opts(int interval, int window, const std::string& acceptance) {
   ReplayOptions o;
@@ -162,10 +134,10 @@ TEST_CASE("speculative replay with every draft accepted and aligned flushes equa
           "[spec]") {
   // interval 8, window 4, L_hist 12: windows of 4 land the fill on 4 then 8 (the interval): the flushes coincide.
   for (Family fam : {Family::Mamba2, Family::GDN}) {
-    SynthSource src(small(fam, 70, 2, 3));
+    SynthSource src(small_layer(fam, 70, 2, 3));
     ReplayOptions std_opt = fp32_opts(8, 0, "all");
     ReplayDecoder standard(std_opt), spec(fp32_opts(8, 4, "all"));
-    const auto a = run(standard, src, 70), b = run(spec, src, 70);
+    const auto a = run_chunked(standard, src, 70), b = run_chunked(spec, src, 70);
     CHECK(a == b);
     CHECK(spec.flushes(0) == standard.flushes(0));
   }
@@ -180,7 +152,7 @@ TEST_CASE("speculative verify outputs equal standard replay of the same tokens w
       if (fam == Family::Mamba2 && route == GdnRoute::Reconstruct) continue;
       for (int T : {1, 2, 4, 6}) {
         CAPTURE(family_name(fam), gdn_route_name(route), T);
-        SynthSource src(small(fam, steps, 3, 7));
+        SynthSource src(small_layer(fam, steps, 3, 7));
         const size_t per = static_cast<size_t>(src.seqs()) * src.model().out_elems();
         ReplayOptions so = fp32_opts(8, T, "prob:0.7");
         so.route = route;
@@ -188,7 +160,8 @@ TEST_CASE("speculative verify outputs equal standard replay of the same tokens w
         st.route = route;
         ReplayDecoder spec(so), standard(st);
         ReferenceDecoder ref;
-        const auto ys = run(spec, src, steps), yt = run(standard, src, steps), yr = run(ref, src, steps);
+        const auto ys = run_chunked(spec, src, steps), yt = run_chunked(standard, src, steps),
+                   yr = run_chunked(ref, src, steps);
         const Tolerance tol = output_tolerance(Format::FP32);
         const auto vs_std = step_errors(ys, yt, per), vs_ref = step_errors(ys, yr, per);
         CHECK(mean_of(vs_std) < tol.rel_mean);
@@ -202,51 +175,51 @@ TEST_CASE("speculative verify outputs equal standard replay of the same tokens w
 
 TEST_CASE("fp64 speculative replay and the eager baseline equal the fp64 reference to 1e-12", "[spec]") {
   for (Family fam : {Family::Mamba2, Family::GDN}) {
-    SynthSource src(small(fam, 120, 3, 5));
+    SynthSource src(small_layer(fam, 120, 3, 5));
     ReferenceDecoder ref;
-    const auto yr = run(ref, src, 120);
+    const auto yr = run_chunked(ref, src, 120);
     for (int T : {2, 4, 8}) {
       ReplayDecoder spec(exact(fp32_opts(4, T, "prob:0.6")));
-      CHECK(test::max_rel(run(spec, src, 120), yr) < 1e-12);
+      CHECK(test::max_rel(run_chunked(spec, src, 120), yr) < 1e-12);
       Scheme e;
       e.state_format = Format::FP64;
       e.out_format = Format::FP64;
       e.window = T;
       auto eager = make_decoder(e, fam, 1);
-      CHECK(test::max_rel(run(*eager, src, 120), yr) < 1e-12);
+      CHECK(test::max_rel(run_chunked(*eager, src, 120), yr) < 1e-12);
     }
   }
 }
 
 TEST_CASE("the eager speculative baseline's accepted outputs are eager decoding's, bit for bit", "[spec]") {
   for (Family fam : {Family::Mamba2, Family::GDN}) {
-    SynthSource src(small(fam, 60, 2, 9));
+    SynthSource src(small_layer(fam, 60, 2, 9));
     Scheme e;
     e.state_format = Format::BF16;
     auto plain = make_decoder(e, fam, 1);
     e.window = 4;
     auto spec = make_decoder(e, fam, 1);
-    CHECK(run(*plain, src, 60) == run(*spec, src, 60));
+    CHECK(run_chunked(*plain, src, 60) == run_chunked(*spec, src, 60));
     CHECK(plain->name() != spec->name());
   }
 }
 
 TEST_CASE("rows flush at their own fill levels, early when the next window might not fit", "[spec]") {
   // fixed:3 with interval 8, window 4, L_hist 12: fills 3, 6; 6 + 8 > 12, so every row flushes early at 6 tokens.
-  SynthSource src(small(Family::Mamba2, 60, 2, 3));
+  SynthSource src(small_layer(Family::Mamba2, 60, 2, 3));
   ReplayDecoder fixed3(fp32_opts(8, 4, "fixed:3"));
-  run(fixed3, src, 60);
+  run_chunked(fixed3, src, 60);
   CHECK(fixed3.flushes(0) == 10);
   // The same with a larger ring (L_hist 20): 6 + 8 <= 20, 9 >= 8: flushes at 9 tokens.
   ReplayOptions wide = fp32_opts(8, 4, "fixed:3");
   wide.buffer_len = 20;
   ReplayDecoder wide3(wide);
-  run(wide3, src, 60);
+  run_chunked(wide3, src, 60);
   CHECK(wide3.flushes(0) == 6);
   // Random acceptance: rows end up at different fill levels and flush counts.
-  SynthSource many(small(Family::GDN, 200, 6, 3));
+  SynthSource many(small_layer(Family::GDN, 200, 6, 3));
   ReplayDecoder rnd(fp32_opts(16, 4, "prob:0.5"));
-  run(rnd, many, 157);
+  run_chunked(rnd, many, 157);
   std::vector<int> fills;
   for (int q = 0; q < 6; ++q) fills.push_back(rnd.buffered(q));
   std::sort(fills.begin(), fills.end());
@@ -260,7 +233,7 @@ TEST_CASE("a 2000-step speculative run stays within the fp32 budget, and every c
   for (Family fam : {Family::Mamba2, Family::GDN}) {
     CAPTURE(family_name(fam));
     const long long steps = 2000;
-    SynthSource src(small(fam, steps, 3, 21));
+    SynthSource src(small_layer(fam, steps, 3, 21));
     const Model& m = src.model();
     const int seqs = src.seqs();
     const size_t per = static_cast<size_t>(seqs) * m.out_elems(), se = static_cast<size_t>(m.state_elems());
@@ -300,7 +273,7 @@ TEST_CASE("a 2000-step speculative run stays within the fp32 budget, and every c
 TEST_CASE("speculative replay: a corrupted committed ring entry breaks the match, rejected entries are never read",
           "[spec]") {
   for (Family fam : {Family::Mamba2, Family::GDN}) {
-    SynthSource src(small(fam, 40, 2, 3));
+    SynthSource src(small_layer(fam, 40, 2, 3));
     const size_t per = static_cast<size_t>(src.seqs()) * src.model().out_elems();
     ReplayDecoder a(fp32_opts(16, 4, "prob:0.6")), b(fp32_opts(16, 4, "prob:0.6"));
     a.reset(src.model(), src.seqs());
@@ -363,10 +336,10 @@ TEST_CASE("acceptance = trace: /spec/accepted is read, checked and replayed", "[
   CHECK(src.model().spec_accepted[1][0] == 2);
   ReplayOptions o = fp32_opts(4, 3, "trace");
   ReplayDecoder traced(o), fixed(fp32_opts(4, 3, "fixed:2"));
-  const auto y = run(traced, src, 37);
+  const auto y = run_chunked(traced, src, 37);
   for (double v : y) REQUIRE(std::isfinite(v));
   // Windows of 1, 2, 3 tokens in turn flush at other steps than windows of 2.
-  run(fixed, src, 37);
+  run_chunked(fixed, src, 37);
   CHECK(traced.flushes(0) != fixed.flushes(0));
   {
     test::Edit e(p);

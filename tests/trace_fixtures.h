@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "decoder/decoder.h"
+#include "decoder/input_chunk.h"
 #include "io/h5.h"
 #include "trace/synth.h"
 #include "trace/trace_h5.h"
@@ -67,6 +69,39 @@ inline SynthConfig tiny_layer(Family f, long long steps, int seqs, uint64_t seed
   sc.seqs = seqs;
   sc.seed = seed;
   return sc;
+}
+
+// The small layer with its optional parts that the replay and speculative tests run: Mamba-2 H=8 P=8 N=16 G=2 with
+// the gate z, GDN HK=2 HV=4 K=16 V=8; a quarter of the heads slow (long memory).
+inline SynthConfig small_layer(Family f, long long steps, int seqs, uint64_t seed) {
+  SynthConfig sc;
+  sc.model.family = f;
+  if (f == Family::Mamba2) {
+    sc.model.mamba2.H = 8, sc.model.mamba2.P = 8, sc.model.mamba2.N = 16, sc.model.mamba2.G = 2;
+    sc.model.mamba2.has_z = true;
+  } else {
+    sc.model.gdn.HK = 2, sc.model.gdn.HV = 4, sc.model.gdn.K = 16, sc.model.gdn.V = 8;
+  }
+  sc.steps = steps;
+  sc.seqs = seqs;
+  sc.seed = seed;
+  sc.slow_head_frac = 0.25;
+  return sc;
+}
+
+// Runs d (reset first) over the first `steps` steps of src in chunks of `chunk` (13: chunks end off every flush
+// grid); returns the outputs [steps, seqs, out_elems].
+inline std::vector<double> run_chunked(Decoder& d, TraceSource& src, long long steps, int chunk = 13) {
+  d.reset(src.model(), src.seqs());
+  const size_t per = static_cast<size_t>(src.seqs()) * src.model().out_elems();
+  std::vector<double> y(static_cast<size_t>(steps) * per);
+  InputChunk c;
+  for (long long s0 = 0; s0 < steps; s0 += chunk) {
+    const int n = static_cast<int>(std::min<long long>(chunk, steps - s0));
+    src.read(s0, n, c);
+    d.advance(c, 0, n, y.data() + s0 * per);
+  }
+  return y;
 }
 
 // Writes the tiny Mamba-2 trace to `path`, in file chunks of 8 steps (37 steps: the last chunk is partial).
