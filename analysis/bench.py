@@ -115,17 +115,60 @@ def read_benchmark(path: str) -> tuple[pd.DataFrame, dict]:
     return df, ctx
 
 
-def step_times(df: pd.DataFrame, stat: str = "median", variants: bool = False) -> pd.DataFrame:
-    """One row per (scheme, route, state_format, interval, kind, batch): the chosen statistic (stat column) of the repetitions (or
-    the single iteration when there were none), without the ceilings. Kernel variants other than the one the decoders
-    use (names like replay_g/..., column `variant`) are left out unless `variants`."""
+# The kernel variant a family's cuda decoder runs, where a benchmark times it under a variant name: the Mamba-2
+# decoder runs the grouped replay kernel (replay_g / dual_g, the launcher's automatic shape) wherever
+# mamba2_grouped_accepts the launch (kernels/mamba2/mamba2_decoder.cpp), which every benchmarked replay and dual case
+# satisfies (fp32 flush arithmetic, nearest rounding). Cases the benchmark times only under the plain name keep that.
+DECODER_VARIANTS = {("mamba2", "replay"): "g", ("mamba2", "dual"): "g"}
+_CASE_KEY = ("file", "family", "preset", "scheme", "route", "state_format", "interval", "kind", "batch", "window",
+             "stat")
+
+
+# Name segments of the benchmarks' tuning sweeps (a knob forced where the launcher would choose: fold:fma, the GDN
+# FFMA fold; vt:N, pt:N, the tiles per head): not what the decoders run, which is the plain-named row of the case.
+_TUNING = re.compile(r"(?:^|/)(?:fold|vt|pt):")
+
+
+def _decoder_kernels(d: pd.DataFrame, series: bool) -> pd.DataFrame:
+    """The rows of the kernels the decoders run: per case, the decoder's variant where the run has it, else the
+    plain-named kernel (series: both, each under its `variant`, for lines that must not switch kernels between
+    points); every other variant (forced shapes such as replay_g_h4, the pipelined *_p) and every tuning sweep's row
+    (_TUNING) left out."""
+    if "extra" in d:
+        d = d[~d["extra"].fillna("").astype(str).str.contains(_TUNING)]
+    fam = d["family"] if "family" in d else pd.Series("", index=d.index)
+    want = pd.Series([DECODER_VARIANTS.get((f, s)) for f, s in zip(fam, d["scheme"])], index=d.index, dtype=object)
+    preferred = d["variant"].notna() & (d["variant"] == want)
+    plain = d["variant"].isna()
+    if series:
+        return d[preferred | plain]
+    key = [d[c].astype(str) for c in _CASE_KEY if c in d]
+    has_preferred = preferred.groupby(key).transform("any") if key else preferred.any()
+    return d[preferred | (plain & ~has_preferred)]
+
+
+def step_times(df: pd.DataFrame, stat: str = "median", variants: bool = False, series: bool = False) -> pd.DataFrame:
+    """One row per (scheme, route, state_format, interval, kind, batch): the chosen statistic (stat column) of the
+    repetitions (or the single iteration when there were none), without the ceilings, of the kernel the decoders run
+    (DECODER_VARIANTS: Mamba-2 replay and dual rows are the grouped kernel's where the run timed it; column `variant`
+    says which), tuning sweeps' rows left out. `series`: the decoder variant's rows and the plain kernel's both, so
+    that a line over intervals or batches can keep to one kernel (group by `variant`; kernel_label names it). Every
+    variant's and sweep's rows, each under its own `variant` / `extra`, with `variants`."""
     d = df[(df["scheme"] != "ceiling")]
     if not variants and "variant" in d:
-        d = d[d["variant"].isna()]
+        d = _decoder_kernels(d, series)
     agg = d[d["stat"] == stat]
     if agg.empty:
         agg = d[d["stat"].isin(["iteration", None])]
     return agg.reset_index(drop=True)
+
+
+def kernel_label(family: str, variant) -> str:
+    """What a step_times row's kernel is called in figures: '' for the plain-named kernel of GDN, 'per-head' /
+    'grouped' for Mamba-2's (the decoder runs the grouped replay kernel where it accepts the launch)."""
+    if family != "mamba2":
+        return "" if not isinstance(variant, str) else variant
+    return "grouped" if variant == "g" else "per-head" if not isinstance(variant, str) else variant
 
 
 _SPEC_CASE = re.compile(r"^(mamba2|gdn)/T:(\d+)/batch:(\d+)$")

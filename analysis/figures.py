@@ -175,8 +175,8 @@ def _interval_presets(a_bytes, a_us, presets: pd.DataFrame, batch: int) -> None:
     interval, as a ratio to fp32 eager of the same run: measured time (solid, right) and modelled bytes (dashed,
     left). Ratios, so that geometries from 4B to 550B share the axes; the eager time is in each label."""
     from .bench import step_times
-    st = step_times(presets)
-    st = st[st["batch"] == batch]
+    st = step_times(presets, series=True)
+    st = st[(st["batch"] == batch) & st["variant"].isna()]  # the kernel timed at every interval (Mamba-2: per-head)
     order = sorted(st["preset"].unique(), key=lambda p: (st[st["preset"] == p]["family"].iloc[0], p))
     for i, p in enumerate(order):
         g = st[st["preset"] == p]
@@ -238,14 +238,15 @@ def interval_sweep(summary: pd.DataFrame, bench: pd.DataFrame | None = None, bat
     if bench is None or bench.empty:
         _missing(a_us, "GPU benchmark JSON (bench_*_cuda.json)")
     else:
-        from .bench import step_times
-        st = step_times(bench)
+        from .bench import kernel_label, step_times
+        st = step_times(bench, series=True)
         st = st[st["batch"] == batch]
-        for i, ((fam, sch, sf), g) in enumerate(st[st["kind"] == "amortised"].groupby(
-                ["family", "scheme", "state_format"], sort=False)):
+        for i, ((fam, sch, sf, var), g) in enumerate(st[st["kind"] == "amortised"].groupby(
+                ["family", "scheme", "state_format", "variant"], sort=False, dropna=False)):
             g = g.sort_values("interval")
+            kern = kernel_label(fam, var)
             a_us.plot(g["interval"].astype(float), g["time_us"], marker="o", color=PALETTE[i % len(PALETTE)],
-                      label=f"{fam} {sch} {sf}")
+                      label=f"{fam} {sch} {sf}" + (f" ({kern})" if kern else ""))
         for i, ((fam, sf), g) in enumerate(st[st["scheme"] == "eager"].groupby(["family", "state_format"])):
             a_us.axhline(g["time_us"].iloc[0], ls=":", color=PALETTE[(i + 4) % len(PALETTE)],
                          label=f"{fam} eager {sf}")
@@ -258,8 +259,10 @@ def interval_sweep(summary: pd.DataFrame, bench: pd.DataFrame | None = None, bat
 
 # 4 ---------------------------------------------------------------------------------------------------------------
 def _speedups(bench: pd.DataFrame) -> pd.DataFrame:
-    from .bench import step_times
-    st = step_times(bench)
+    """Amortised replay / dual steps over eager of the same state format and batch, one row per case and kernel
+    (`kernel`: kernel_label's name, so that a line over batches keeps to one kernel)."""
+    from .bench import kernel_label, step_times
+    st = step_times(bench, series=True)
     eager = st[st["scheme"] == "eager"].set_index(["family", "state_format", "batch"])["time_us"]
     rows = []
     for _, r in st[(st["scheme"] != "eager") & (st["kind"] == "amortised")].iterrows():
@@ -268,6 +271,7 @@ def _speedups(bench: pd.DataFrame) -> pd.DataFrame:
         if key in eager.index:
             rows.append({"family": r["family"], "scheme": r["scheme"], "route": r.get("route"),
                          "state_format": r["state_format"], "interval": r["interval"], "batch": r["batch"],
+                         "kernel": kernel_label(r["family"], r.get("variant")),
                          "speedup": eager[key] / r["time_us"], "time_us": r["time_us"]})
     return pd.DataFrame(rows)
 
@@ -286,17 +290,20 @@ def gpu_speedup(bench: pd.DataFrame | None, interval: int | None = None, pub=Non
         sp = _speedups(bench)
         if interval is not None:
             sp = sp[sp["interval"] == interval]
-        for i, ((fam, sch, route, sf, k), g) in enumerate(sp.groupby(
-                ["family", "scheme", "route", "state_format", "interval"], dropna=False, sort=False)):
+        for i, ((fam, sch, route, sf, k, kern), g) in enumerate(sp.groupby(
+                ["family", "scheme", "route", "state_format", "interval", "kernel"], dropna=False, sort=False)):
             g = g.sort_values("batch")
-            name = " ".join(x for x in (fam, sch, route if isinstance(route, str) else "", sf) if x)
+            name = " ".join(x for x in (fam, sch, route if isinstance(route, str) else "", sf,
+                                        f"({kern})" if kern else "") if x)
             a_sp.plot(g["batch"].astype(float), g["speedup"], marker="o", color=PALETTE[i % len(PALETTE)],
                       label=f"{name} K={k}")
-        from .bench import step_times
-        st = step_times(bench)
+        from .bench import kernel_label, step_times
+        st = step_times(bench, series=True)
         st = st[st["kind"].isin(["nonflush", "flush"]) | (st["scheme"] == "eager")]
-        for i, ((fam, sch, sf, kind), g) in enumerate(st.groupby(["family", "scheme", "state_format", "kind"],
-                                                                  dropna=False, sort=False)):
+        for i, ((fam, sch, sf, kind, var), g) in enumerate(st.groupby(["family", "scheme", "state_format", "kind",
+                                                                       "variant"], dropna=False, sort=False)):
+            if sch != "eager" and kernel_label(fam, var):
+                sf = f"{sf} ({kernel_label(fam, var)})"
             if interval is not None and sch != "eager":
                 g = g[g["interval"] == interval]
             g = g.groupby("batch", as_index=False).mean(numeric_only=True).sort_values("batch")

@@ -17,6 +17,7 @@ import sys
 
 import h5py
 import numpy as np
+import pandas as pd
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -183,10 +184,35 @@ def test_benchmark_json():
     assert (p["scheme"], p["variant"], p["state_format"]) == ("replay", "g_h4", "fp32")
     p = bench.parse_name("eager_p/bf16/batch:256/iterations:10/repeats:5/manual_time_median")  # the pipelined kernel
     assert (p["scheme"], p["variant"], p["state_format"], p["batch"]) == ("eager", "p", "bf16", 256)
-    # The committed H200 run holds the grouped variant's cases too: figures see the decoders' kernel only, unless asked.
+    # The committed H200 run holds the grouped, pipelined and forced-shape variants too: figures and the report see
+    # the kernel the decoders run, one row per case (the grouped one for Mamba-2 replay / dual where it was timed,
+    # the per-head one elsewhere), every variant only when asked.
     h200, _ = bench.read_benchmark(os.path.join(ROOT, "benchmarks/bench_mamba2_cuda_h200.json"))
-    assert bench.step_times(h200)["variant"].isna().all() and bench.step_times(h200, variants=True)["variant"].notna().any()
+    st = bench.step_times(h200)
+    case = ["scheme", "state_format", "interval", "kind", "batch"]
+    assert not st.duplicated(subset=case).any()
+    assert set(st["variant"].dropna()) == {"g"} and set(st[st["variant"] == "g"]["scheme"]) == {"replay", "dual"}
+    assert st[st["scheme"] == "eager"]["variant"].isna().all()
+    every = bench.step_times(h200, variants=True)
+    assert {"g", "g_h4", "p"} <= set(every["variant"].dropna())
+
+    def one(t, **sel):
+        m = np.ones(len(t), bool)
+        for k, v in sel.items():
+            m &= (t[k] == v).fillna(False).to_numpy()
+        assert m.sum() == 1, sel
+        return t[m].iloc[0]
+    sel = dict(scheme="replay", state_format="fp32", interval=16, kind="amortised", batch=256)
+    grouped = one(every[every["variant"] == "g"], **sel)
+    assert one(st, **sel)["time_us"] == grouped["time_us"] != one(every[every["variant"].isna()], **sel)["time_us"]
+    assert pd.isna(one(st, **dict(sel, interval=4))["variant"])  # timed per-head only: that row stays
     assert len(figures.gpu_speedup(h200).axes) == 2
+    # A GDN run with the FFMA-fold tuning rows (fold:fma): the plain row of each case, not the sweep's.
+    gdn, _ = bench.read_benchmark(os.path.join(ROOT, "benchmarks/runs/gdn-bench.92cdbe0.h200.json"))
+    g = bench.step_times(gdn)
+    assert not g.duplicated(subset=case + ["route"]).any() and not g["extra"].str.contains("fold:").any()
+    r = one(g, scheme="replay", route="inner", state_format="fp32", interval=16, kind="amortised", batch=256)
+    assert r["time_us"] == pytest.approx(175.6248, abs=1e-3)  # 195.5 is the fold:fma row
 
 
 def test_published_entries():
