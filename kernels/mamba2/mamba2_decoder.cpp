@@ -16,6 +16,7 @@
 #include "common/device_buffer.h"
 #include "errors.h"
 #include "mamba2/mamba2_kernels.h"
+#include "numeric/scaled.h"
 
 namespace rssm {
 
@@ -27,7 +28,7 @@ bool kernel_state_format(Format f) { return f == Format::FP32 || plain16(f); }
 // The streamed state's layout rule of the kernels (16-byte vectors, one state row within a warp), checked with the
 // layer known so a geometry the kernels cannot tile is a clear config error instead of a failed launch.
 void check_rows(const Model& model, Format f, const char* copy) {
-  const int N = model.mamba2.N, vec = f == Format::FP32 ? 4 : 8;
+  const int N = model.mamba2.N, vec = 16 / format_bytes(f);
   const int lanes = N / vec;
   if (N % vec != 0 || lanes < 1 || lanes > 32 || (lanes & (lanes - 1)) != 0)
     throw ConfigError(fmt::format("scheme.backend = cuda: the Mamba-2 kernels need the state dim N to be {} times a "
@@ -67,9 +68,10 @@ class Mamba2CudaDecoder final : public Decoder {
   size_t act_bytes_ = 2, y_bytes_ = 4;
   cudaStream_t stream_ = nullptr;
   // Device: slots [seqs] (slot = row), layer parameters (fp32), the pool [seqs, H, P, N] (eager state, or the
-  // checkpoint / dual update copy) and the dual read copy, the ring and its cursors (replay), the staged inputs
-  // in_[i] [n, seqs, elems_i] in act_format and the outputs [n, seqs, H·P] in out_format.
-  DeviceBuffer slot_, A_log_, dt_bias_, D_, state_, read_;
+  // checkpoint / dual update copy) and the dual read copy (a block-scaled one with its scales [seqs, H, P]), the ring
+  // and its cursors (replay), the staged inputs in_[i] [n, seqs, elems_i] in act_format and the outputs
+  // [n, seqs, H·P] in out_format.
+  DeviceBuffer slot_, A_log_, dt_bias_, D_, state_, read_, read_scale_;
   DeviceBuffer ring_x_, ring_B_, ring_dl_, fill_d_, arrive_;
   DeviceBuffer pos_;                // [n, seqs] each staged step's position (stochastic rounding's step key)
   std::vector<int64_t> pos_host_;   // its host copy, kept while the copy is in flight
@@ -79,6 +81,7 @@ class Mamba2CudaDecoder final : public Decoder {
   std::vector<uint16_t> codes_[5];
   std::vector<uint8_t> y_host_;
   mutable std::vector<uint8_t> raw_;
+  mutable std::vector<float> raw_scales_;
   mutable std::vector<double> host_state_, host_read_;
 };
 
@@ -130,6 +133,13 @@ void Mamba2CudaDecoder::reset(const Model& model, int seqs) {
     zeroed(read_, elems * static_cast<size_t>(format_bytes(s_.read_format)));
   else
     read_.release();
+  // A zero row's block scale is 1 (numeric/scaled.h): the scales of the zero read copy, as a flush would store them.
+  const std::vector<float> ones(s_.dual() && is_scaled_format(s_.read_format) ? static_cast<size_t>(seqs) * p.H * p.P : 0,
+                                1.0f);
+  if (ones.empty())
+    read_scale_.release();
+  else
+    upload(read_scale_, ones.data(), ones.size() * sizeof(float));
   if (s_.replays()) {
     // buffer_len only changes memory and traffic: the ring is sized by it as a serving engine's would be.
     capacity_ = std::max(s_.interval, s_.buffer_len);
@@ -211,6 +221,7 @@ void Mamba2CudaDecoder::launch(int k) {
   l.flush_arith = s_.flush_arith;
   l.read_format = s_.read_format;
   l.d_read = s_.dual() ? read_.as() : nullptr;
+  l.d_read_scale = read_scale_.bytes() ? read_scale_.as<float>() : nullptr;
   l.d_ring_x = ring_x_.as<uint16_t>();
   l.d_ring_B = ring_B_.as<uint16_t>();
   l.d_ring_dl = ring_dl_.as<float>();
@@ -250,9 +261,19 @@ void Mamba2CudaDecoder::fetch(const DeviceBuffer& d, Format f, std::vector<doubl
   const size_t n = static_cast<size_t>(seqs_) * static_cast<size_t>(model_.state_elems());
   raw_.resize(n * static_cast<size_t>(format_bytes(f)));
   CUDA_CHECK(cudaMemcpyAsync(raw_.data(), d.as(), raw_.size(), cudaMemcpyDeviceToHost, stream_));
+  const bool scaled = is_scaled_format(f);
+  const size_t rows = n / static_cast<size_t>(model_.mamba2.N);
+  if (scaled) {
+    raw_scales_.resize(rows);
+    CUDA_CHECK(cudaMemcpyAsync(raw_scales_.data(), read_scale_.as(), rows * sizeof(float), cudaMemcpyDeviceToHost,
+                               stream_));
+  }
   CUDA_CHECK(cudaStreamSynchronize(stream_));
   out.resize(n);
-  dequantise_codes(f, raw_.data(), n, out.data());
+  if (scaled)  // codes times their row's scale, exact in double, as the CPU copy holds them
+    dequantize_rows(f, raw_.data(), raw_scales_.data(), rows, static_cast<size_t>(model_.mamba2.N), out.data());
+  else
+    dequantise_codes(f, raw_.data(), n, out.data());
 }
 
 std::vector<StateCopy> Mamba2CudaDecoder::state() const {
@@ -287,8 +308,9 @@ std::string mamba2_cuda_unsupported(const Scheme& s) {
   if (s.dual()) {
     if (sf != Format::FP32)
       return fmt::format("no CUDA kernel for a dual update copy in {} yet (fp32 only)", format_name(sf));
-    if (!plain16(s.read_format))
-      return fmt::format("no CUDA kernel for a dual {} read copy yet (bf16 or fp16)", format_name(s.read_format));
+    if (!plain16(s.read_format) && !is_scaled_format(s.read_format))
+      return fmt::format("no CUDA kernel for a dual {} read copy yet (bf16, fp16, e4m3, e5m2 or int8)",
+                         format_name(s.read_format));
   } else if (!kernel_state_format(sf)) {
     return fmt::format("no CUDA kernel for a shared {} checkpoint yet (fp32, bf16 or fp16)", format_name(sf));
   }

@@ -147,7 +147,8 @@ __host__ __device__ inline long long or_default(long long stride, long long cont
   throw std::invalid_argument(std::string(what) + ": " + msg);
 }
 
-inline int state_vec(Format f) { return f == Format::FP32 ? 4 : 8; }
+// Elements of a 16-byte vector: fp32 4, bf16 / fp16 8, the 1-byte codes of a block-scaled read copy 16.
+inline int state_vec(Format f) { return f == Format::FP32 ? 4 : format_bytes(f) == 1 ? 16 : 8; }
 
 // Checks of the fields every step shares; `state_vec_elems` is the 16-byte vector width of the streamed state.
 // sr_ok: the kernel this launch runs implements stochastic rounding (the step args' `rounding`).

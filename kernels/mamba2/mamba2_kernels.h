@@ -80,7 +80,9 @@ struct Mamba2EagerLaunch {
 // Replay: a checkpoint per slot and a ring of the tokens appended since it.
 // Shared checkpoint: d_ckpt in ckpt_format (FP32, BF16, FP16), read every step, read and written at a flush.
 // Dual: d_ckpt is the fp32 update copy (read and written only at a flush) and d_read the read copy in read_format
-// (BF16 or FP16) that non-flush steps read; the flush writes both from the same registers.
+// that non-flush steps read; the flush writes both from the same registers. read_format BF16 or FP16 (every
+// variant), or E4M3, E5M2, INT8 (variant 0): one byte a code, with one fp32 scale per (head, row of N) in
+// d_read_scale [pool, H, P], codes and scales as numeric/scaled.h computes them from the stored update values.
 // Ring, per slot, capacity entries (>= interval); entries 0 .. fill-1 are the tokens since the checkpoint:
 //   d_ring_x [pool, capacity, H, P] bf16 bits, d_ring_B [pool, capacity, G, N] bf16 bits (the buffer format is
 //   bf16: the CPU emulation's default), d_ring_dl [pool, capacity, H] float2 = (Δ_j, Λ_j) with Λ_j the running fp32
@@ -97,6 +99,7 @@ struct Mamba2ReplayLaunch {
   bool dual = false;
   Format read_format = Format::BF16;
   void* d_read = nullptr;        // [pool, H, P, N] (dual only)
+  float* d_read_scale = nullptr;  // [pool, H, P] (dual with a block-scaled read_format only)
   uint16_t* d_ring_x = nullptr;  // [pool, capacity, H, P]
   uint16_t* d_ring_B = nullptr;  // [pool, capacity, G, N]
   float* d_ring_dl = nullptr;    // [pool, capacity, H, 2]
@@ -185,8 +188,8 @@ int mamba2_rows_per_pass(const Mamba2Dims& dims, Format state_format);
 void mamba2_grouped_shape(const Mamba2ReplayLaunch& l, int& heads_per_cta, int& p_tiles);
 
 // Whether the grouped variant (variant = 1, automatic shape) runs this launch: fp32 flush arithmetic, nearest
-// rounding, a tile of heads · P pairs and a shared-memory footprint it fits. The cuda decoder uses it there and the
-// per-head kernel (variant 0) elsewhere.
+// rounding, a read copy (dual) in bf16 or fp16, a tile of heads · P pairs and a shared-memory footprint it fits. The
+// cuda decoder uses it there and the per-head kernel (variant 0) elsewhere.
 bool mamba2_grouped_accepts(const Mamba2ReplayLaunch& l);
 
 }  // namespace rssm

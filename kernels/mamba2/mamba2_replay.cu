@@ -41,6 +41,7 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/scaled_vec.cuh"
 #include "mamba2/mamba2_device.cuh"
 
 namespace rssm {
@@ -53,6 +54,7 @@ constexpr int kRingRegs = 8;  // ring x values per thread loaded together in pha
 // in the flush arithmetic (numeric/arith.h), F = flush_terms terms per entry (3xtf32: 3, else 1).
 struct ReplaySmem {
   int N, E, rows, F;  // E = interval (largest number of entries), rows = tile rows, F = flush terms per entry
+  int S;              // 1: a block-scaled dual read copy, whose row scales the non-flush stream reads; else 0
   // Regions start on 16-byte boundaries (float4 reads).
   __host__ __device__ static int up4(int n) { return (n + 3) & ~3; }
   __host__ __device__ int off_C() const { return 0; }
@@ -65,7 +67,8 @@ struct ReplaySmem {
   __host__ __device__ int off_xb() const { return off_g() + up4(rows); }     // x_t as buffered (bf16 value) per row
   __host__ __device__ int off_xbits() const { return off_xb() + up4(rows); }  // x_t's buffer code (int) per row
   __host__ __device__ int off_Bbits() const { return off_xbits() + up4(rows); }  // B_t's buffer codes (int)
-  __host__ __device__ int off_B() const { return off_Bbits() + up4(N); }
+  __host__ __device__ int off_rscale() const { return off_Bbits() + up4(N); }  // read-copy scale per row (S = 1)
+  __host__ __device__ int off_B() const { return off_rscale() + S * up4(rows); }
   __host__ __device__ int off_u() const { return off_B() + E * F * up4(N); }
   __host__ __device__ int floats() const { return off_u() + rows * up4(E * F); }
 };
@@ -76,6 +79,7 @@ struct TileCtx {
   long long ys;
   long long elem0;       // the element index (stochastic rounding) of row 0 of the head at the thread's lane
   SrKey sr_ck, sr_read;  // stochastic rounding of the flush's stores: checkpoint (update copy), dual read copy
+  float* rscale;         // a block-scaled read copy's scales of the head's rows (flush: written), else null
   float decay;
   bool y_bf16, gated;
 };
@@ -92,12 +96,13 @@ __device__ inline void write_out(const Mamba2StepArgs& a, const TileCtx& t, cons
 // The chunk's R row dots (rows p0 + u·rpp + rsub) reduced together with reduce_scatter (row_sum's tree, about R
 // shuffles instead of R·log2(lanes): the step is bound by instruction issue) and written by the lanes that end up
 // holding them. kLanes: the row's lane count when fixed at compile time (with_lanes), else 0.
-template <int R, int kLanes, class Lay>
+// kScaled: the rows are codes of a block-scaled copy, each dot still to be multiplied by its row's scale.
+template <int R, int kLanes, bool kScaled = false, class Lay>
 __device__ inline void write_scattered(const Mamba2StepArgs& a, const TileCtx& t, const float* smem, const ReplaySmem& L,
                                        const Lay& lay, int p0, float (&acc)[R]) {
   reduce_scatter_each<R, kLanes>(acc, lay.lanes, [&](int i, float dot) {
     const int p = p0 + i * lay.rpp + lay.rsub;
-    if (p < t.p_end) write_out(a, t, smem, L, p, dot);
+    if (p < t.p_end) write_out(a, t, smem, L, p, kScaled ? dot * smem[L.off_rscale() + p - t.p_begin] : dot);
   });
 }
 
@@ -122,7 +127,7 @@ __device__ void stream_read(const Mamba2StepArgs& a, const TileCtx& t, const T* 
 #pragma unroll
       for (int k = 0; k < kVec; ++k) acc[u] = fmaf(s[k], Cv[k], acc[u]);
     }
-    write_scattered<R, kLanes>(a, t, smem, L, lay, p0, acc);
+    write_scattered<R, kLanes, kIsScaled8<T>>(a, t, smem, L, lay, p0, acc);
   }
 }
 
@@ -130,6 +135,8 @@ __device__ void stream_read(const Mamba2StepArgs& a, const TileCtx& t, const T* 
 // (and the dual read copy, rounded from the same registers). T: checkpoint type; R: read-copy type or void.
 // The fold runs over the staged terms in entry order from the decayed checkpoint, as the emulation's flush_head.
 // kSR: both stores round stochastically (t.sr_ck, t.sr_read; row p's vector starts at element t.elem0 + p·N).
+// A block-scaled read copy (RDT = Scaled8<F>) takes each row's scale from the row's stored update values (a max over
+// the row's lanes), then its codes; the lane at the row's first vector stores the scale.
 template <class T, class RDT, int R, int kLanes, bool kSR>
 __device__ void stream_flush(const Mamba2StepArgs& a, const TileCtx& t, T* ck, RDT* rd, const float* smem,
                              const ReplaySmem& L) {
@@ -180,6 +187,11 @@ __device__ void stream_flush(const Mamba2StepArgs& a, const TileCtx& t, T* ck, R
       }
     }
     T* c0 = chunk_row0(ck, lay, p0, t.N);
+    float rs[R];  // block-scaled read copy: the rows' scales, outside the row guard (every lane joins the shuffles)
+    if constexpr (kIsScaled8<RDT>) {
+#pragma unroll
+      for (int u = 0; u < R; ++u) rs[u] = row_block_scale<RDT::kFormat>(s[u], lay.lanes);
+    }
 #pragma unroll
     for (int u = 0; u < R; ++u) {
       if (p0 + u * lay.rpp + lay.rsub < t.p_end) {
@@ -192,7 +204,13 @@ __device__ void stream_flush(const Mamba2StepArgs& a, const TileCtx& t, T* ck, R
         }
         if constexpr (!std::is_void<RDT>::value) {
           static_assert(kVec == 4, "dual read copies are written from an fp32 update copy");
-          if constexpr (kSR) {
+          if constexpr (kIsScaled8<RDT>) {
+            uint32_t r[4] = {0u, 0u, 0u, 0u};
+            if constexpr (kSR)
+              random_words<4>(t.sr_read, t.elem0 + static_cast<long long>(p0 + lay.rsub) * t.N + u * kPassElems<T>, r);
+            store_scaled4<RDT::kFormat, kSR>(chunk_row0(rd, lay, p0, t.N) + u * kPassElems<T>, s[u], rs[u], r);
+            if (lay.c == 0) t.rscale[p0 + u * lay.rpp + lay.rsub] = rs[u];
+          } else if constexpr (kSR) {
             uint32_t r[4];
             random_words<4>(t.sr_read, t.elem0 + static_cast<long long>(p0 + lay.rsub) * t.N + u * kPassElems<T>, r);
             store_narrow4_sr(chunk_row0(rd, lay, p0, t.N) + u * kPassElems<T>, s[u], r);
@@ -233,8 +251,8 @@ __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kern
   const int tile_rows = (P + ptiles - 1) / ptiles;
   const Arith fa = kArith ? l.flush_arith : Arith::FP32;
   const int F = kArith ? flush_terms(fa) : 1;
-  const ReplaySmem L{N, l.interval, tile_rows, F};
   constexpr bool kDual = !std::is_void<RD>::value;
+  const ReplaySmem L{N, l.interval, tile_rows, F, kIsScaled8<RD> ? 1 : 0};
   const int p_begin = tile * tile_rows, p_end = min(P, p_begin + tile_rows), rows = p_end - p_begin;
   const long long head_off = (static_cast<long long>(slot) * H + h) * P * N;
 
@@ -270,6 +288,7 @@ __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kern
     smem[L.off_dx() + pl] = (a.d_per_dim ? a.d_D[h * P + p] : a.d_D[h]) * xa;
     smem[L.off_xb() + pl] = to_buffer_f32(x[p]);
     ismem[L.off_xbits() + pl] = to_buffer_bits(x[p]);
+    if constexpr (kIsScaled8<RD>) smem[L.off_rscale() + pl] = l.d_read_scale[(static_cast<long long>(slot) * H + h) * P + p];
     if (z) {
       const float zv = to_f32(z[p]);
       smem[L.off_g() + pl] = silu<float>(zv);
@@ -407,6 +426,7 @@ __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kern
     t.sr_ck = SrKey{a.seed, RandomStream::CheckpointUpdate, folded};
     t.sr_read = SrKey{a.seed, RandomStream::CheckpointRead, folded};
   }
+  t.rscale = kIsScaled8<RD> ? l.d_read_scale + (static_cast<long long>(slot) * H + h) * P : nullptr;
   t.decay = expf(lam_t);
   t.y_bf16 = a.y_format == Format::BF16;
   t.gated = z != nullptr;
@@ -430,7 +450,8 @@ template <class A, class CK, class RD>
 void launch_replay(const Mamba2ReplayLaunch& l, int ptiles, cudaStream_t stream) {
   const long long blocks = static_cast<long long>(l.step.batch) * l.step.dims.H * ptiles;
   if (blocks > 0x7FFFFFFFLL) bad_launch("mamba2_replay_step", "batch · H · tiles exceeds the grid limit");
-  const ReplaySmem L{l.step.dims.N, l.interval, (l.step.dims.P + ptiles - 1) / ptiles, flush_terms(l.flush_arith)};
+  const ReplaySmem L{l.step.dims.N, l.interval, (l.step.dims.P + ptiles - 1) / ptiles, flush_terms(l.flush_arith),
+                     kIsScaled8<RD> ? 1 : 0};
   const size_t bytes = static_cast<size_t>(L.floats()) * sizeof(float);
   if (bytes > 227 * 1024)
     bad_launch("mamba2_replay_step", "needs " + std::to_string(bytes) + " bytes of shared memory (over 227 KiB): lower "
@@ -456,6 +477,11 @@ void launch_replay(const Mamba2ReplayLaunch& l, int ptiles, cudaStream_t stream)
 
 template <class A>
 void dispatch_state(const Mamba2ReplayLaunch& l, int ptiles, cudaStream_t stream) {
+  if (l.dual && is_scaled_format(l.read_format)) {  // variant 0 only: not in with_checkpoint_types' list
+    if (l.read_format == Format::E4M3) return launch_replay<A, float, Scaled8<Format::E4M3>>(l, ptiles, stream);
+    if (l.read_format == Format::E5M2) return launch_replay<A, float, Scaled8<Format::E5M2>>(l, ptiles, stream);
+    return launch_replay<A, float, Scaled8<Format::INT8>>(l, ptiles, stream);
+  }
   with_checkpoint_types(l.dual, l.ckpt_format, l.read_format, [&](auto ck, auto rd) {
     launch_replay<A, typename decltype(ck)::type, typename decltype(rd)::type>(l, ptiles, stream);
   });
@@ -479,9 +505,15 @@ void mamba2_replay_step(const Mamba2ReplayLaunch& l, cudaStream_t stream) {
   Format streamed;  // the copy whose vector width sets the row layout (both copies are checked)
   if (l.dual) {
     if (l.ckpt_format != Format::FP32) m2::bad_launch(what, "a dual checkpoint's update copy must be fp32");
-    if (l.read_format != Format::BF16 && l.read_format != Format::FP16)
-      m2::bad_launch(what, "read_format must be bf16 or fp16 (got " + format_name(l.read_format) + ")");
+    const bool scaled = is_scaled_format(l.read_format);
+    if (l.read_format != Format::BF16 && l.read_format != Format::FP16 && !scaled)
+      m2::bad_launch(what, "read_format must be bf16, fp16, e4m3, e5m2 or int8 (got " + format_name(l.read_format) + ")");
     if (!l.d_read) m2::bad_launch(what, "d_read must be set for a dual checkpoint");
+    if (scaled && l.variant != 0)
+      m2::bad_launch(what, "a " + format_name(l.read_format) + " read copy runs in variant 0 only (got variant " +
+                               std::to_string(l.variant) + ")");
+    if (scaled && (!l.d_read_scale || reinterpret_cast<uintptr_t>(l.d_read_scale) % 4 != 0))
+      m2::bad_launch(what, "d_read_scale must be set (4-byte aligned) for a " + format_name(l.read_format) + " read copy");
     m2::check_state_rows(what, l.step.dims.N, m2::state_vec(l.read_format), l.d_read);
     streamed = l.read_format;
   } else {
@@ -506,14 +538,18 @@ void mamba2_replay_step(const Mamba2ReplayLaunch& l, cudaStream_t stream) {
     m2::dispatch_state<float>(l, ptiles, stream);
 }
 
-// Explicit instantiations: activations bf16 / fp32 × checkpoint fp32, bf16, fp16 shared or fp32 + bf16/fp16 dual.
+// Explicit instantiations: activations bf16 / fp32 × checkpoint fp32, bf16, fp16 shared or fp32 + bf16 / fp16 /
+// e4m3 / e5m2 / int8 dual.
 namespace m2 {
 #define RSSM_REPLAY_INST(A)                                                               \
   template void launch_replay<A, float, void>(const Mamba2ReplayLaunch&, int, cudaStream_t);          \
   template void launch_replay<A, __nv_bfloat16, void>(const Mamba2ReplayLaunch&, int, cudaStream_t);  \
   template void launch_replay<A, __half, void>(const Mamba2ReplayLaunch&, int, cudaStream_t);         \
   template void launch_replay<A, float, __nv_bfloat16>(const Mamba2ReplayLaunch&, int, cudaStream_t); \
-  template void launch_replay<A, float, __half>(const Mamba2ReplayLaunch&, int, cudaStream_t);
+  template void launch_replay<A, float, __half>(const Mamba2ReplayLaunch&, int, cudaStream_t);         \
+  template void launch_replay<A, float, Scaled8<Format::E4M3>>(const Mamba2ReplayLaunch&, int, cudaStream_t); \
+  template void launch_replay<A, float, Scaled8<Format::E5M2>>(const Mamba2ReplayLaunch&, int, cudaStream_t); \
+  template void launch_replay<A, float, Scaled8<Format::INT8>>(const Mamba2ReplayLaunch&, int, cudaStream_t);
 RSSM_REPLAY_INST(__nv_bfloat16)
 RSSM_REPLAY_INST(float)
 #undef RSSM_REPLAY_INST

@@ -31,6 +31,7 @@
 #include "common/mma_fold.cuh"
 #include "common/pipeline.cuh"
 #include "mamba2/mamba2_device.cuh"
+#include "numeric/scaled.h"
 
 namespace rssm {
 namespace m2 {
@@ -746,7 +747,8 @@ void mamba2_grouped_shape(const Mamba2ReplayLaunch& l, int& heads_per_cta, int& 
 }
 
 bool mamba2_grouped_accepts(const Mamba2ReplayLaunch& l) {
-  if (l.flush_arith != Arith::FP32 || l.step.rounding != Rounding::Nearest || l.heads_per_cta > 0 || l.p_tiles > 0)
+  if (l.flush_arith != Arith::FP32 || l.step.rounding != Rounding::Nearest || l.heads_per_cta > 0 || l.p_tiles > 0 ||
+      (l.dual && is_scaled_format(l.read_format)))
     return false;
   int hc = 1, ptiles = 1;
   try {

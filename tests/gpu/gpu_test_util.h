@@ -16,6 +16,7 @@
 #include "numeric/arith.h"
 #include "numeric/bits.h"
 #include "numeric/format.h"
+#include "numeric/scaled.h"
 #include "numeric/stochastic.h"
 #include "decoder/scheme.h"
 
@@ -126,7 +127,30 @@ inline bool judged_by_table(const Scheme& s) {
 // Elements of a dual read copy that are not a rounding of the update copy's value, read[i] against update[i]:
 // nearest must give round_to's code exactly; stochastic one of the two codes that bracket the value (its words are
 // keyed by slot and step, which a decoder's state() does not carry; a code outside the bracket is a wrong copy).
-inline size_t read_copy_mismatches(Format f, Rounding r, const double* update, const double* read, size_t n) {
+// A block-scaled copy (e4m3, e5m2, int8) goes by rows of row_len values: each row's scale is the one its update row
+// gives (numeric/scaled.h), and read[i] is a bracketing code of update[i] / scale times the scale, exactly.
+inline size_t scaled_read_copy_mismatches(Format f, Rounding r, const double* update, const double* read, size_t n,
+                                          size_t row_len) {
+  if (row_len == 0) return n;  // a caller's error: scaled copies need their row length
+  size_t bad = 0;
+  std::vector<float> row(row_len);
+  for (size_t r0 = 0; r0 + row_len <= n; r0 += row_len) {
+    for (size_t i = 0; i < row_len; ++i) row[i] = static_cast<float>(update[r0 + i]);
+    const float scale = block_scale(f, row.data(), row_len);
+    for (size_t i = 0; i < row_len; ++i) {
+      const float q = row[i] / scale;
+      const auto value = [&](bool up) {  // the code's value times the scale, exact in double (as state() holds it)
+        const float v = r == Rounding::Nearest ? round_nearest(f, q) : round_stochastic(f, q, up ? 0xFFFFFFFFu : 0u);
+        return static_cast<double>(v) * static_cast<double>(scale);
+      };
+      bad += value(false) != read[r0 + i] && value(true) != read[r0 + i];
+    }
+  }
+  return bad + n % row_len;  // a partial row is a caller's error
+}
+inline size_t read_copy_mismatches(Format f, Rounding r, const double* update, const double* read, size_t n,
+                                   size_t row_len = 0) {
+  if (is_scaled_format(f)) return scaled_read_copy_mismatches(f, r, update, read, n, row_len);
   size_t bad = 0;
   for (size_t i = 0; i < n; ++i) {
     const float u = static_cast<float>(update[i]);

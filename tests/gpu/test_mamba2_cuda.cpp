@@ -15,7 +15,8 @@
 //   bitwise: every active output written (outputs are NaN-poisoned before each launch), padded rows' outputs and
 //     unused pool slots untouched, ring cursors (fill) equal to the emulation's after every step, buffered ring
 //     entries x_j, B_j equal to the bf16 codes of the inputs, the arrival counters back at 0, and a dual read copy
-//     equal to numeric/bits.h's rounding of the update copy's fp32 values, code for code.
+//     equal to numeric/bits.h's rounding of the update copy's fp32 values, code for code (a block-scaled e4m3 / e5m2
+//     / int8 copy: codes and row scales equal to numeric/scaled.h's quantisation of the update copy's rows).
 // A flush arithmetic other than fp32 (tf32 / bf16 operands) is judged against its own emulation only: its error against
 // fp64 is the arithmetic's, above the fp32 budget (the 2x criterion and the bounds below still hold; 3xtf32 keeps
 // every fp32 bound).
@@ -41,6 +42,8 @@
 #include "model/mamba2.h"
 #include "numeric/arith.h"
 #include "numeric/bits.h"
+#include "numeric/scaled.h"
+#include "numeric/stochastic.h"
 
 #include "gpu_test_util.h"
 
@@ -101,6 +104,22 @@ struct EmuSlot {
 
 float softplus_f(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
 
+// A block-scaled read copy's row as the flush stores it from the update copy's stored values (numeric/scaled.h on
+// the fp32 row; stochastic with the words of (seed, CheckpointRead, step, element0 + i)): its codes, its scale
+// (returned) and, when `values` is set, what they decode to (code times scale in fp32, as the emulation reads them).
+float scaled_row(Format f, bool sr, const float* row, int n, uint64_t seed, long long step, long long element0,
+                 uint8_t* codes, float* values) {
+  std::vector<uint32_t> r;
+  if (sr) {
+    r.resize(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) r[i] = state_random_bits(seed, RandomStream::CheckpointRead, step, element0 + i);
+  }
+  const float scale =
+      quantize_row(f, sr ? Rounding::Stochastic : Rounding::Nearest, row, static_cast<size_t>(n), codes, sr ? r.data() : nullptr);
+  if (values) dequantize_row(f, codes, static_cast<size_t>(n), scale, values);
+  return scale;
+}
+
 void run_case(const Case& c, uint64_t seed) {
   const Mamba2Dims d = c.dims;
   const int H = d.H, P = d.P, N = d.N, G = d.G, hpg = H / G, K = c.interval;
@@ -145,6 +164,9 @@ void run_case(const Case& c, uint64_t seed) {
   // Pool: poisoned everywhere (unused slots must stay so), initial states of used slots random in the format.
   const Format sf = c.state;
   const size_t sbytes = (sf == Format::FP32 ? 4 : 2);
+  const bool scaled = dual && is_scaled_format(c.read);  // codes of 1 byte with a scale per (head, row of N)
+  const size_t rbytes = scaled ? 1 : 2;
+  constexpr uint32_t kPoisonScale = 0xA5A5A5A5u;
   std::vector<EmuSlot> emu(pool);
   std::vector<float> init_ck(pool * HPN), init_rd(pool * HPN);
   for (size_t i = 0; i < init_ck.size(); ++i) init_ck[i] = round_to(sf, 0.5f * normal(rng));
@@ -158,17 +180,33 @@ void run_case(const Case& c, uint64_t seed) {
   DevBuf<uint8_t> dck(ck_bytes.size());
   dck.put(ck_bytes);
   std::unique_ptr<DevBuf<uint8_t>> drd;
+  std::unique_ptr<DevBuf<float>> drs;  // a block-scaled read copy's scales [pool, H, P]
   std::vector<uint8_t> rd_bytes;
   if (dual) {
-    for (size_t i = 0; i < init_rd.size(); ++i) init_rd[i] = round_to(c.read, init_ck[i]);
-    rd_bytes = encode(c.read, init_rd);
+    std::vector<float> rs_init;
+    if (scaled) {
+      rd_bytes.assign(init_ck.size(), 0);
+      rs_init.assign(pool * HP, 0.0f);
+      for (size_t row = 0; row < pool * HP; ++row)
+        rs_init[row] = scaled_row(c.read, false, &init_ck[row * N], N, 0, 0, 0, &rd_bytes[row * N], &init_rd[row * N]);
+    } else {
+      for (size_t i = 0; i < init_rd.size(); ++i) init_rd[i] = round_to(c.read, init_ck[i]);
+      rd_bytes = encode(c.read, init_rd);
+    }
     for (int s = 0; s < pool; ++s) {
       bool used = false;
       for (int r = 0; r < rows; ++r) used |= slot_of[r] == s;
-      if (!used) std::memset(&rd_bytes[s * HPN * 2], 0xA5, HPN * 2);
+      if (used) continue;
+      std::memset(&rd_bytes[s * HPN * rbytes], 0xA5, HPN * rbytes);
+      if (scaled)
+        for (size_t i = 0; i < HP; ++i) std::memcpy(&rs_init[s * HP + i], &kPoisonScale, 4);
     }
     drd = std::make_unique<DevBuf<uint8_t>>(rd_bytes.size());
     drd->put(rd_bytes);
+    if (scaled) {
+      drs = std::make_unique<DevBuf<float>>(rs_init.size());
+      drs->put(rs_init);
+    }
   }
   const int cap = std::max(K, 1) + 1;  // capacity above the interval: entries past it must never be touched
   for (int s = 0; s < pool; ++s) {
@@ -224,7 +262,7 @@ void run_case(const Case& c, uint64_t seed) {
     le.step = a, le.state_format = sf, le.d_state = dck.p, le.variant = c.variant, le.p_tiles = c.p_tiles;
   } else {
     lr.step = a, lr.interval = K, lr.capacity = cap, lr.ckpt_format = sf, lr.d_ckpt = dck.p, lr.dual = dual;
-    lr.read_format = c.read, lr.d_read = dual ? drd->p : nullptr;
+    lr.read_format = c.read, lr.d_read = dual ? drd->p : nullptr, lr.d_read_scale = scaled ? drs->p : nullptr;
     lr.d_ring_x = drx.p, lr.d_ring_B = drB.p, lr.d_ring_dl = ddl.p, lr.d_fill = dfill.p, lr.d_arrive = darr.p;
     lr.variant = c.variant, lr.heads_per_cta = c.heads_per_cta, lr.p_tiles = c.p_tiles, lr.flush_arith = c.flush;
   }
@@ -351,7 +389,7 @@ void run_case(const Case& c, uint64_t seed) {
           yemu[h * P + p] = round_to(c.yfmt, acc);
         }
         if (flush) {
-          for (int p = 0; p < P; ++p)
+          for (int p = 0; p < P; ++p) {
             for (int n = 0; n < N; ++n) {
               const size_t i = (h * P + p) * N + n;
               float v = dec * e.ck[i];
@@ -362,8 +400,15 @@ void run_case(const Case& c, uint64_t seed) {
               }
               const long long el = static_cast<long long>(s) * HPN + i;
               e.ck[i] = store_val(sf, v, RandomStream::CheckpointUpdate, e.pos + 1, el);
-              if (dual) e.rd[i] = store_val(c.read, e.ck[i], RandomStream::CheckpointRead, e.pos + 1, el);
+              if (dual && !scaled) e.rd[i] = store_val(c.read, e.ck[i], RandomStream::CheckpointRead, e.pos + 1, el);
             }
+            if (scaled) {  // the row's scale needs all of its stored update values
+              const size_t r0 = static_cast<size_t>(h * P + p) * N;
+              std::vector<uint8_t> codes(N);
+              scaled_row(c.read, c.sr, &e.ck[r0], N, sr_seed, e.pos + 1, static_cast<long long>(s) * HPN + r0,
+                         codes.data(), &e.rd[r0]);
+            }
+          }
         } else {
           for (int p = 0; p < P; ++p) e.rx[j * HP + h * P + p] = xr[h * P + p];
           e.rD[j * H + h] = delta, e.rL[j * H + h] = lam_t;
@@ -397,6 +442,7 @@ void run_case(const Case& c, uint64_t seed) {
   long long untouched_bad = 0, read_copy_bad = 0, ring_bad = 0;
   std::vector<double> a64(HPN), b64(HPN), r64(HPN);
   const std::vector<uint8_t> rd_now = dual ? drd->get() : std::vector<uint8_t>();
+  const std::vector<float> rs_now = scaled ? drs->get() : std::vector<float>();
   const std::vector<uint16_t> rx_now = eager ? std::vector<uint16_t>() : drx.get();
   const std::vector<uint16_t> rB_now = eager ? std::vector<uint16_t>() : drB.get();
   for (int s = 0; s < pool; ++s) {
@@ -405,7 +451,9 @@ void run_case(const Case& c, uint64_t seed) {
     if (!used) {
       untouched_bad += std::memcmp(&ck_now_bytes[s * HPN * sbytes], poison_ck.data(), poison_ck.size()) != 0;
       if (dual)
-        for (size_t i = 0; i < HPN * 2; ++i) untouched_bad += rd_now[s * HPN * 2 + i] != 0xA5;
+        for (size_t i = 0; i < HPN * rbytes; ++i) untouched_bad += rd_now[s * HPN * rbytes + i] != 0xA5;
+      if (scaled)
+        for (size_t i = 0; i < HP; ++i) untouched_bad += std::memcmp(&rs_now[s * HP + i], &kPoisonScale, 4) != 0;
       if (!eager) {
         for (size_t i = 0; i < cap * HP; ++i) untouched_bad += rx_now[s * cap * HP + i] != 0x7FC0;
         for (size_t i = 0; i < cap * GN; ++i) untouched_bad += rB_now[s * cap * GN + i] != 0x7FC0;
@@ -419,7 +467,16 @@ void run_case(const Case& c, uint64_t seed) {
     st_emu = max_nan(st_emu, rel_rms(a64.data(), b64.data(), HPN));
     st_emu_ref = max_nan(st_emu_ref, rel_rms(b64.data(), r64.data(), HPN));
     for (size_t i = 0; i < HPN; ++i) code_mismatch += ck_now[s * HPN + i] != e.ck[i], codes += 1;
-    if (dual) {
+    if (scaled) {  // codes and scale of every row: the quantisation of the update copy's stored row, exactly
+      std::vector<uint8_t> want(N);
+      for (size_t row = 0; row < HP; ++row) {
+        const size_t r0 = row * N;
+        const float sc = scaled_row(c.read, c.sr, &ck_now[s * HPN + r0], N, sr_seed, e.flush_pos,
+                                    static_cast<long long>(s * HPN + r0), want.data(), nullptr);
+        read_copy_bad += std::memcmp(&rs_now[s * HP + row], &sc, 4) != 0;
+        for (int n = 0; n < N; ++n) read_copy_bad += rd_now[s * HPN + r0 + n] != want[n];
+      }
+    } else if (dual) {
       for (size_t i = 0; i < HPN; ++i) {
         uint16_t u;
         std::memcpy(&u, &rd_now[(s * HPN + i) * 2], 2);
@@ -550,6 +607,30 @@ TEST_CASE("mamba2 cuda dual: fp32 update + bf16/fp16 read copy, every interval, 
       }
 }
 
+TEST_CASE("mamba2 cuda dual: fp32 update + block-scaled e4m3 / e5m2 / int8 read copy", "[gpu][mamba2][dual][scaled]") {
+  if (!have_device()) return;
+  for (Format r : {Format::E4M3, Format::E5M2, Format::INT8}) {
+    for (int K : {1, 4, 8, 16, 32})
+      for (Format act : {Format::BF16, Format::FP32}) {
+        Case c;
+        c.geo = "small", c.dims = small(), c.kind = Kind::Dual, c.read = r, c.act = act, c.interval = K;
+        c.has_z = K == 16, c.d_per_dim = act == Format::FP32;
+        run_case(c, seed_for(c));
+      }
+    for (auto [geo, dims] : {std::pair{"nano-4b", nano4b()}, std::pair{"super-120b", super120b()}})
+      for (int K : {4, 16}) {
+        Case c;
+        c.geo = geo, c.dims = dims, c.kind = Kind::Dual, c.read = r, c.interval = K, c.has_z = true;
+        run_case(c, seed_for(c));
+      }
+    for (int K : {4, 16}) {  // stochastic codes with the emulation's words
+      Case c;
+      c.geo = "super-120b", c.dims = super120b(), c.kind = Kind::Dual, c.read = r, c.interval = K, c.sr = true;
+      run_case(c, seed_for(c));
+    }
+  }
+}
+
 TEST_CASE("mamba2 cuda replay and dual: Nemotron-3 Nano-4B and Super-120B", "[gpu][mamba2][replay][dual]") {
   if (!have_device()) return;
   for (auto [geo, dims] : {std::pair{"nano-4b", nano4b()}, std::pair{"super-120b", super120b()}})
@@ -640,6 +721,12 @@ TEST_CASE("mamba2 cuda launchers reject bad launch structs with a message naming
     CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("d_pos"));
     g.step.d_pos = reinterpret_cast<const int64_t*>(slot), g.variant = 1;  // and variant 0
     CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("stochastic"));
+    g.step.rounding = Rounding::Nearest, g.dual = true, g.read_format = Format::E4M3, g.d_read = slot;
+    CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("variant 0 only"));  // block scales: variant 0
+    g.variant = 0;
+    CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("d_read_scale"));
+    g.read_format = Format::FP64;
+    CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("read_format"));
     cudaFree(slot);
   }
   {  // what the cuda decoder asks before it picks the grouped variant
@@ -652,6 +739,11 @@ TEST_CASE("mamba2 cuda launchers reject bad launch structs with a message naming
     CHECK_FALSE(mamba2_grouped_accepts(q));
     q.flush_arith = Arith::FP32, q.step.rounding = Rounding::Stochastic;
     CHECK_FALSE(mamba2_grouped_accepts(q));
+    q.step.rounding = Rounding::Nearest, q.dual = true, q.read_format = Format::INT8;  // block-scaled read copy
+    CHECK_FALSE(mamba2_grouped_accepts(q));
+    q.read_format = Format::BF16;
+    CHECK(mamba2_grouped_accepts(q));
+    q.dual = false;
     q.step.rounding = Rounding::Nearest, q.step.dims.P = 4096;  // more (head, row) pairs than one CTA holds
     CHECK_FALSE(mamba2_grouped_accepts(q));
   }

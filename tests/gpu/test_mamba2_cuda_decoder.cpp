@@ -112,6 +112,9 @@ TEST_CASE("cuda decoder: what the kernels do not cover is a precise skip reason"
                                              {{"decoder", "replay"}, {"state_format", "fp16"}, {"interval", "64"}},
                                              {{"decoder", "replay"}, {"state_format", "bf16"}, {"out_format", "bf16"}},
                                              {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "fp16"}},
+                                             {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "e4m3"}},
+                                             {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "int8"},
+                                              {"rounding", "stochastic"}},
                                              {{"decoder", "eager"}, {"state_format", "bf16"}, {"rounding", "stochastic"}},
                                              {{"decoder", "dual"}, {"flush_arith", "3xtf32"}},
                                              {{"decoder", "replay"}, {"flush_arith", "bf16"}, {"rounding", "stochastic"}}}) {
@@ -132,7 +135,6 @@ TEST_CASE("cuda decoder: what the kernels do not cover is a precise skip reason"
       {{{"out_format", "fp64"}}, "fp64 outputs"},
       {{{"decoder", "eager"}, {"state_format", "fp64"}}, "eager fp64 state"},
       {{{"decoder", "replay"}, {"state_format", "e4m3"}}, "shared e4m3 checkpoint"},
-      {{{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "e4m3"}}, "dual e4m3 read copy"},
       {{{"decoder", "dual"}, {"state_format", "fp64"}, {"read_format", "fp32"}}, "dual update copy in fp64"},
       {{{"decoder", "replay"}, {"buffer_format", "fp32"}}, "fp32 buffer"},
       {{{"decoder", "replay"}, {"dot_arith", "tf32"}}, "dot_arith tf32"},
@@ -183,6 +185,11 @@ TEST_CASE("cuda decoder: cpu and cuda twins in lockstep, against fp64 and each o
       {{"decoder", "eager"}, {"state_format", "bf16"}, {"rounding", "stochastic"}},
       {{"decoder", "replay"}, {"state_format", "fp16"}, {"interval", "8"}, {"rounding", "stochastic"}},
       {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "bf16"}, {"interval", "16"},
+       {"rounding", "stochastic"}},
+      // Block-scaled 8-bit read copies (codes and a scale per state row).
+      {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "e4m3"}, {"interval", "8"}},
+      {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "e5m2"}, {"interval", "4"}},
+      {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "int8"}, {"interval", "16"},
        {"rounding", "stochastic"}},
   };
   // Small heads with the gate, per-dim D and a dt floor (the recorded traces' features); and the serving N = 128
@@ -265,7 +272,8 @@ TEST_CASE("cuda decoder: cpu and cuda twins in lockstep, against fp64 and each o
         }
         if (s.dual()) {
           // The read copy is the update copy rounded once, from the same registers: code for code.
-          CHECK(gpu_test::read_copy_mismatches(s.read_format, s.rounding, gs[0].data, gs[1].data, gs[0].size) == 0);
+          CHECK(gpu_test::read_copy_mismatches(s.read_format, s.rounding, gs[0].data, gs[1].data, gs[0].size,
+                                               static_cast<size_t>(g.N)) == 0);
         }
       }
     }
