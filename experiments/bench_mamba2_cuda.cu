@@ -1,6 +1,7 @@
 // Google Benchmark of the Mamba-2 CUDA step kernels (kernels/mamba2/mamba2_kernels.h) on the H200: µs per decode
-// step of one layer for eager, replay (shared fp32/bf16 checkpoint) and dual (fp32 update + bf16 read copy), with the
-// copy and read-only ceilings measured in the same process. Not a correctness test (tests/gpu/ is).
+// step of one layer for eager, replay (shared fp32/bf16 checkpoint) and dual (fp32 update + bf16 read copy; at interval
+// 16 also the block-scaled e4m3 and int8 read copies of the per-head kernel), with the copy and read-only ceilings
+// measured in the same process. Not a correctness test (tests/gpu/ is).
 //
 //   bench_mamba2_cuda [--preset=NAME] [--full] [--z] [--smoke] [google benchmark flags]
 //     --preset  geometry preset of model/model.h (default nemotron3-super-120b; e.g. nemotron3-nano-4b)
@@ -127,11 +128,17 @@ void bm_step(benchmark::State& st, Config c) {
 
   // Pool of `batch` slots, row r at slot batch-1-r (rows need not be in slot order).
   const size_t ck_elem = dual ? 4 : size_t(format_bytes(c.state));
-  Dev<uint8_t> ck(size_t(B) * HPN * ck_elem), rd(dual ? size_t(B) * HPN * 2 : 0);
+  const bool scaled = dual && format_bytes(c.state) == 1;  // a block-scaled read copy: codes and row scales
+  Dev<uint8_t> ck(size_t(B) * HPN * ck_elem), rd(dual ? size_t(B) * HPN * format_bytes(c.state) : 0);
+  Dev<float> rscale(scaled ? size_t(B) * HP : 0);
   if (ck_elem == 4) init_dev(reinterpret_cast<float*>(ck.p), B * HPN, 1, 0.5f);
   else if (c.state == Format::FP16) init_dev(reinterpret_cast<__half*>(ck.p), B * HPN, 1, 0.5f);
   else init_dev(reinterpret_cast<__nv_bfloat16*>(ck.p), B * HPN, 1, 0.5f);
-  if (dual) {
+  if (scaled) {  // codes of small finite values (0x30: 0.5 in e4m3, 48 in int8), scales 2^-8
+    CUDA_CHECK(cudaMemset(rd.p, 0x30, size_t(B) * HPN));
+    const std::vector<float> sc(size_t(B) * HP, 1.0f / 256);
+    CUDA_CHECK(cudaMemcpy(rscale.p, sc.data(), sc.size() * 4, cudaMemcpyHostToDevice));
+  } else if (dual) {
     if (c.state == Format::FP16) init_dev(reinterpret_cast<__half*>(rd.p), B * HPN, 1, 0.5f);
     else init_dev(reinterpret_cast<__nv_bfloat16*>(rd.p), B * HPN, 1, 0.5f);
   }
@@ -184,7 +191,7 @@ void bm_step(benchmark::State& st, Config c) {
   le.variant = c.variant, le.pipe_stages = c.stages, le.pipe_ctas = c.ctas, le.p_tiles = c.pt;
   Mamba2ReplayLaunch lr;
   lr.step = a, lr.interval = K, lr.capacity = cap, lr.ckpt_format = dual ? Format::FP32 : c.state, lr.d_ckpt = ck.p;
-  lr.dual = dual, lr.read_format = c.state, lr.d_read = dual ? rd.p : nullptr;
+  lr.dual = dual, lr.read_format = c.state, lr.d_read = dual ? rd.p : nullptr, lr.d_read_scale = scaled ? rscale.p : nullptr;
   lr.d_ring_x = rx.p, lr.d_ring_B = rB.p, lr.d_ring_dl = dl.p, lr.d_fill = fill.p, lr.d_arrive = arrive.p;
   lr.variant = c.variant, lr.heads_per_cta = c.heads, lr.pipe_stages = c.stages, lr.pipe_ctas = c.ctas;
   if (c.pt > 0) lr.heads_per_cta = 1, lr.p_tiles = c.pt;
@@ -311,6 +318,9 @@ void register_all() {
     for (int b : batches) {
       if (!g_opt.full && K != 16 && b != 1 && b != 256) continue;
       for (const S& s : schemes) add_replay_kinds(s.sc, s.f, K, b);
+      // Block-scaled 8-bit read copies (the per-head kernel only): interval 16 (--full: every interval).
+      if (g_opt.full || K == 16)
+        for (Format f : {Format::E4M3, Format::INT8}) add_replay_kinds(Scheme::Dual, f, K, b);
     }
   if (g_opt.tiles_tune) {
     // p_tiles of at least one pass of rows per CTA, the launchers' floor.
