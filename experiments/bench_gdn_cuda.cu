@@ -1,6 +1,7 @@
 // Google Benchmark of the Gated DeltaNet CUDA step kernels (kernels/gdn/gdn_kernels.h) on the H200: µs per decode
 // step of one layer for eager, replay (inner-product and reconstruct routes, shared fp32/bf16 checkpoint) and dual
-// (fp32 update + bf16 read copy), with the copy and read-only ceilings measured in the same process, and at the end a
+// (fp32 update + bf16 read copy; at interval 16 also block-scaled e4m3 and int8 read copies, inner route, which run the
+// kernels for any K), with the copy and read-only ceilings measured in the same process, and at the end a
 // table of issue 11's targets (met / missed, with the numbers). Not a correctness test (tests/gpu/ is).
 //
 //   bench_gdn_cuda [--preset=NAME] [--full] [--smoke] [--once] [google benchmark flags]
@@ -133,11 +134,17 @@ void bm_step(benchmark::State& st, Config c) {
 
   // Pool of `batch` slots, row r at slot batch-1-r (rows need not be in slot order).
   const size_t ck_elem = dual ? 4 : size_t(format_bytes(c.state));
-  Dev<uint8_t> ck(size_t(B) * SE * ck_elem), rd(dual ? size_t(B) * SE * 2 : 0);
+  const bool scaled = dual && format_bytes(c.state) == 1;  // a block-scaled read copy: codes and row scales
+  Dev<uint8_t> ck(size_t(B) * SE * ck_elem), rd(dual ? size_t(B) * SE * format_bytes(c.state) : 0);
+  Dev<float> rscale(scaled ? size_t(B) * OUT : 0);
   if (ck_elem == 4) init_dev(reinterpret_cast<float*>(ck.p), B * SE, 1, 0.3f);
   else if (c.state == Format::FP16) init_dev(reinterpret_cast<__half*>(ck.p), B * SE, 1, 0.3f);
   else init_dev(reinterpret_cast<__nv_bfloat16*>(ck.p), B * SE, 1, 0.3f);
-  if (dual) {
+  if (scaled) {  // codes of small finite values (0x30: 0.5 in e4m3, 48 in int8), scales 2^-8
+    CUDA_CHECK(cudaMemset(rd.p, 0x30, size_t(B) * SE));
+    const std::vector<float> sc(size_t(B) * OUT, 1.0f / 256);
+    CUDA_CHECK(cudaMemcpy(rscale.p, sc.data(), sc.size() * 4, cudaMemcpyHostToDevice));
+  } else if (dual) {
     if (c.state == Format::FP16) init_dev(reinterpret_cast<__half*>(rd.p), B * SE, 1, 0.3f);
     else init_dev(reinterpret_cast<__nv_bfloat16*>(rd.p), B * SE, 1, 0.3f);
   }
@@ -187,7 +194,7 @@ void bm_step(benchmark::State& st, Config c) {
   GdnReplayLaunch lr;
   lr.step = a, lr.interval = KI, lr.capacity = cap, lr.route = c.route;
   lr.ckpt_format = dual ? Format::FP32 : c.state, lr.d_ckpt = ck.p;
-  lr.dual = dual, lr.read_format = c.state, lr.d_read = dual ? rd.p : nullptr;
+  lr.dual = dual, lr.read_format = c.state, lr.d_read = dual ? rd.p : nullptr, lr.d_read_scale = scaled ? rscale.p : nullptr;
   if (c.tuned) lr.l2_ahead = c.l2;
   lr.v_tiles = c.vt;
   lr.mma_fold = !c.fma_fold;
@@ -373,6 +380,7 @@ void register_all() {
         for (const S& s : full) add_replay_kinds(s.sc, s.route, s.f, K, b);
       } else if (K == 16) {
         for (const S& s : at16) add_replay_kinds(s.sc, s.route, s.f, K, b);
+        for (Format f : {Format::E4M3, Format::INT8}) add_replay_kinds(Scheme::Dual, kInner, f, K, b);
       } else if (b == 1 || b == 256) {
         for (const S& s : routes) add_replay_kinds(s.sc, s.route, s.f, K, b);
       }

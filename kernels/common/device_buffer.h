@@ -12,6 +12,7 @@
 #include "common/cuda_check.h"
 #include "numeric/bits.h"
 #include "numeric/format.h"
+#include "numeric/scaled.h"
 
 namespace rssm {
 
@@ -64,6 +65,40 @@ inline void dequantise_codes(Format f, const uint8_t* raw, size_t n, double* out
     std::memcpy(&c, raw + 2 * i, 2);
     out[i] = f == Format::BF16 ? bf16_bits_to_float(c) : fp16_bits_to_float(c);
   }
+}
+
+// A block-scaled copy's row scales for a zero copy (a zero row's scale is 1, numeric/scaled.h: the bytes a flush of
+// zero rows would store), `rows` of them; released for any other format. Synchronous (reset time).
+inline void reset_row_scales(DeviceBuffer& d, Format f, size_t rows) {
+  if (!is_scaled_format(f) || rows == 0) {
+    d.release();
+    return;
+  }
+  const std::vector<float> ones(rows, 1.0f);
+  d.assign(rows * sizeof(float));
+  CUDA_CHECK(cudaMemcpy(d.as(), ones.data(), rows * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+// A stored copy of n elements back on the host as exact doubles, after the work queued on `stream`: fp32, bf16 or
+// fp16 codes, or a block-scaled copy's codes times the scales of its rows of row_len (numeric/scaled.h). raw and
+// raw_scales: the caller's scratch.
+inline void fetch_copy(const DeviceBuffer& d, const DeviceBuffer& scales, Format f, size_t n, size_t row_len,
+                       cudaStream_t stream, std::vector<uint8_t>& raw, std::vector<float>& raw_scales,
+                       std::vector<double>& out) {
+  raw.resize(n * static_cast<size_t>(format_bytes(f)));
+  CUDA_CHECK(cudaMemcpyAsync(raw.data(), d.as(), raw.size(), cudaMemcpyDeviceToHost, stream));
+  const bool scaled = is_scaled_format(f);
+  if (scaled) {
+    raw_scales.resize(n / row_len);
+    CUDA_CHECK(cudaMemcpyAsync(raw_scales.data(), scales.as(), raw_scales.size() * sizeof(float),
+                               cudaMemcpyDeviceToHost, stream));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  out.resize(n);
+  if (scaled)
+    dequantize_rows(f, raw.data(), raw_scales.data(), n / row_len, row_len, out.data());
+  else
+    dequantise_codes(f, raw.data(), n, out.data());
 }
 
 // n floats already rounded to bf16 (the runner rounds every input to act_format first) as bf16 codes: exact.

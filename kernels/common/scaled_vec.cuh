@@ -44,6 +44,9 @@ struct StateVec<Scaled8<F>> {
   static constexpr int kVec = 16;
   // The codes' values without the row's scale. e4m3 and e5m2 widen to fp16 in hardware (exact, NaN and inf kept);
   // int8's -128 is the NaN code (numeric/bits.h int8_to_float).
+  __device__ static void load(const Scaled8<F>* p, float v[kVec]) {
+    unpack(__ldcs(reinterpret_cast<const uint4*>(p)), v);  // streamed once: evict first
+  }
   __device__ static void unpack(const uint4 q, float v[kVec]) {
     const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll

@@ -31,7 +31,7 @@ bool kernel_state_format(Format f) { return f == Format::FP32 || plain16(f); }
 // The kernels' row layout (16-byte vectors of a K-long state row, the row within one warp), checked with the layer
 // known so a geometry they cannot tile is a clear config error instead of a failed launch.
 void check_rows(const Model& model, Format f, const char* copy) {
-  const int K = model.gdn.K, vec = f == Format::FP32 ? 4 : 8;
+  const int K = model.gdn.K, vec = 16 / format_bytes(f);
   const int lanes = K / vec;
   if (K % vec != 0 || lanes < 1 || lanes > 32 || (lanes & (lanes - 1)) != 0)
     throw ConfigError(fmt::format("scheme.backend = cuda: the GDN kernels need the key dim K to be {} times a power "
@@ -70,10 +70,10 @@ class GdnCudaDecoder final : public Decoder {
   size_t act_bytes_ = 2, y_bytes_ = 4;
   cudaStream_t stream_ = nullptr;
   // Device: slots [seqs] (slot = row), layer parameters (fp32), the pool [seqs, HV, V, K] (eager state, or the
-  // checkpoint / dual update copy) and the dual read copy, the ring (u [seqs, cap, HV, V] and k [seqs, cap, HK, K]
+  // checkpoint / dual update copy) and the dual read copy (a block-scaled one with its scales [seqs, HV, V]), the ring (u [seqs, cap, HV, V] and k [seqs, cap, HK, K]
   // as bf16 codes, G [seqs, cap, HV] fp32) and its cursors (replay), the staged inputs in_[i] [n, seqs, elems_i] in
   // act_format and the outputs [n, seqs, HV·V] in out_format.
-  DeviceBuffer slot_, A_log_, dt_bias_, state_, read_;
+  DeviceBuffer slot_, A_log_, dt_bias_, state_, read_, read_scale_;
   DeviceBuffer ring_u_, ring_k_, ring_G_, fill_d_, arrive_;
   DeviceBuffer pos_;                // [n, seqs] each staged step's position (stochastic rounding's step key)
   std::vector<int64_t> pos_host_;   // its host copy, kept while the copy is in flight
@@ -83,6 +83,7 @@ class GdnCudaDecoder final : public Decoder {
   std::vector<uint16_t> codes_[kInputs];
   std::vector<uint8_t> y_host_;
   mutable std::vector<uint8_t> raw_;
+  mutable std::vector<float> raw_scales_;
   mutable std::vector<double> host_state_, host_read_;
 };
 
@@ -132,6 +133,7 @@ void GdnCudaDecoder::reset(const Model& model, int seqs) {
     zeroed(read_, elems * static_cast<size_t>(format_bytes(s_.read_format)));
   else
     read_.release();
+  reset_row_scales(read_scale_, s_.dual() ? s_.read_format : Format::FP32, elems / static_cast<size_t>(p.K));
   if (s_.replays()) {
     // buffer_len only changes memory and traffic: the ring is sized by it as a serving engine's would be.
     capacity_ = std::max(s_.interval, s_.buffer_len);
@@ -213,6 +215,7 @@ void GdnCudaDecoder::launch(int k) {
   l.flush_arith = s_.flush_arith;
   l.read_format = s_.read_format;
   l.d_read = s_.dual() ? read_.as() : nullptr;
+  l.d_read_scale = read_scale_.bytes() ? read_scale_.as<float>() : nullptr;
   l.d_ring_u = ring_u_.as<uint16_t>();
   l.d_ring_k = ring_k_.as<uint16_t>();
   l.d_ring_G = ring_G_.as<float>();
@@ -243,11 +246,7 @@ void GdnCudaDecoder::advance(const InputChunk& c, int s0, int n, double* y) {
 
 void GdnCudaDecoder::fetch(const DeviceBuffer& d, Format f, std::vector<double>& out) const {
   const size_t n = static_cast<size_t>(seqs_) * static_cast<size_t>(model_.state_elems());
-  raw_.resize(n * static_cast<size_t>(format_bytes(f)));
-  CUDA_CHECK(cudaMemcpyAsync(raw_.data(), d.as(), raw_.size(), cudaMemcpyDeviceToHost, stream_));
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  out.resize(n);
-  dequantise_codes(f, raw_.data(), n, out.data());
+  fetch_copy(d, read_scale_, f, n, static_cast<size_t>(model_.gdn.K), stream_, raw_, raw_scales_, out);
 }
 
 std::vector<StateCopy> GdnCudaDecoder::state() const {
@@ -282,8 +281,9 @@ std::string gdn_cuda_unsupported(const Scheme& s) {
   if (s.dual()) {
     if (sf != Format::FP32)
       return fmt::format("no CUDA kernel for a GDN dual update copy in {} yet (fp32 only)", format_name(sf));
-    if (!plain16(s.read_format))
-      return fmt::format("no CUDA kernel for a GDN dual {} read copy yet (bf16 or fp16)", format_name(s.read_format));
+    if (!plain16(s.read_format) && !is_scaled_format(s.read_format))
+      return fmt::format("no CUDA kernel for a GDN dual {} read copy yet (bf16, fp16, e4m3, e5m2 or int8)",
+                         format_name(s.read_format));
   } else if (!kernel_state_format(sf)) {
     return fmt::format("no CUDA kernel for a shared GDN {} checkpoint yet (fp32, bf16 or fp16)", format_name(sf));
   }

@@ -209,7 +209,7 @@ int gdn_v_tiles(const GdnDims& dims, int batch, Format state_format) {
   // doubles the chain. Never below one pass of rows.
   const int vec = gdn::state_vec(state_format);
   const int rows_per_pass = gdn_rows_per_pass(dims, state_format);
-  const long long head_bytes = static_cast<long long>(dims.V) * dims.K * (vec == 4 ? 4 : 2);
+  const long long head_bytes = static_cast<long long>(dims.V) * dims.K * (16 / vec);
   const long long ctas = static_cast<long long>(batch) * dims.HV, slots = 4LL * sm_count();
   int tiles = 1;
   while (ctas * 2 * tiles <= slots && head_bytes / (2 * tiles) >= 8192 &&

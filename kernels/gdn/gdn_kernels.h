@@ -82,7 +82,9 @@ struct GdnEagerLaunch {
 // Replay: a checkpoint per slot and a ring of the tokens appended since it.
 // Shared checkpoint: d_ckpt in ckpt_format (FP32, BF16, FP16), read every step, read and written at a flush.
 // Dual: d_ckpt is the fp32 update copy (read and written only at a flush) and d_read the read copy in read_format
-// (BF16 or FP16) that non-flush steps read; the flush writes both from the same registers.
+// that non-flush steps read; the flush writes both from the same registers. read_format BF16 or FP16, or E4M3, E5M2,
+// INT8: one byte a code, with one fp32 scale per (value head, row of K) in d_read_scale [pool, HV, V], codes and
+// scales as numeric/scaled.h computes them from the stored update values (kernels for any K, FFMA fold).
 // Ring, per slot, capacity entries (>= interval); entries 0 .. fill-1 are the tokens since the checkpoint:
 //   d_ring_u [pool, capacity, HV, V] bf16 bits: the corrected updates u_j = β_j·(v_j − α_j·S_{j−1}·k_j);
 //   d_ring_k [pool, capacity, HK, K] bf16 bits: the normalised keys (once per key head);
@@ -106,6 +108,7 @@ struct GdnReplayLaunch {
   bool dual = false;
   Format read_format = Format::BF16;
   void* d_read = nullptr;        // [pool, HV, V, K] (dual only)
+  float* d_read_scale = nullptr;  // [pool, HV, V] (dual with a block-scaled read_format only)
   uint16_t* d_ring_u = nullptr;  // [pool, capacity, HV, V]
   uint16_t* d_ring_k = nullptr;  // [pool, capacity, HK, K]
   float* d_ring_G = nullptr;     // [pool, capacity, HV]

@@ -39,6 +39,7 @@
 
 #include "common/cuda_check.h"
 #include "common/mma_fold.cuh"
+#include "common/scaled_vec.cuh"
 #include "gdn/gdn_device.cuh"
 
 namespace rssm {
@@ -47,6 +48,7 @@ namespace gdn {
 // Shared memory of one CTA, in floats. Regions start on 16-byte boundaries (keys are read as float4).
 struct ReplaySmem {
   int K, E, rows, F;  // E = interval (largest number of entries), rows = tile rows, F = flush terms per entry
+  int S;              // 1: a block-scaled dual read copy, whose row scales the non-flush stream reads; else 0
   __host__ __device__ static int up4(int n) { return (n + 3) & ~3; }
   __host__ __device__ int off_q() const { return 0; }                    // [K] normalised q_t (scaled)
   __host__ __device__ int off_k() const { return up4(K); }               // [K] normalised k_t
@@ -64,7 +66,8 @@ struct ReplaySmem {
   __host__ __device__ int off_G() const { return off_v() + up4(rows); }     // [E] G_e (small-batch prologue)
   // The keys and weighted u of the entries (reconstruct: fp32 values of the rebuild; inner flush: the flush terms'
   // operands staged in flush_arith, F rows per entry, numeric/arith.h).
-  __host__ __device__ int off_keys() const { return off_G() + up4(E); }  // [E·F, up4(K)] k_e
+  __host__ __device__ int off_rscale() const { return off_G() + up4(E); }  // [rows] read-copy row scales (S = 1)
+  __host__ __device__ int off_keys() const { return off_rscale() + S * up4(rows); }  // [E·F, up4(K)] k_e
   __host__ __device__ int off_uw() const { return off_keys() + E * F * up4(K); }  // [E·F, rows] weight·u_e per row
   // The tensor-core flush (flush_tile_mma, K = 128) stages its operands over the same region instead, in the mma's
   // fragment order (bf16 words): A = the keys, [ks][m-tile 0..7][lane][8]; B = the weighted u in three bf16 pieces,
@@ -87,6 +90,7 @@ struct TileCtx {
   long long os;
   long long elem0;       // the element index (stochastic rounding) of row 0 of the head at the thread's lane
   SrKey sr_ck, sr_read;  // stochastic rounding of the flush's stores: checkpoint (update copy), dual read copy
+  float* rscale;         // a block-scaled read copy's scales of the head's rows (flush: written), else null
   float dprev, dt, alpha, beta, wq_j, wf_j;  // e^{G_{j−1}}, e^{G_t}, α_t, β_t, entry j's output and flush weights
   bool o_bf16;
 };
@@ -194,9 +198,12 @@ __device__ __forceinline__ void stream_tile(const GdnReplayLaunch& l, const Tile
     }
     if constexpr (!kInner) {  // rebuild S_{t−1}: R = e^{G_{j−1}}·S_c + Σ_{e<j} (w_e·u_e[i])·k_e
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u)
+      for (int u = 0; u < kUnroll; ++u) {
+        // A block-scaled read copy holds codes: the row's scale joins the decay (its dots take it after the sum).
+        const float d = kIsScaled8<T> ? t.dprev * smem[L.off_rscale() + il[u]] : t.dprev;
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) s[u][k] *= t.dprev;
+        for (int k = 0; k < kVec; ++k) s[u][k] *= d;
+      }
       for (int e = 0; e < t.j; ++e) {
         float key[kVec];
         load_f32<kVec>(s_keys + e * ldk, key);
@@ -258,8 +265,9 @@ __device__ __forceinline__ void stream_tile(const GdnReplayLaunch& l, const Tile
           if (n < r.count && r.owner) {
             const int u = r.first + n;
             const int ilu = min(i0 + u * t.rows_per_pass + t.rsub, t.v_end - 1) - t.v_begin;  // rows past the tile: dropped
+            const float sc = kIsScaled8<T> ? smem[L.off_rscale() + ilu] : 1.0f;  // codes: the row's scale after the sum
             float ujv, ov;
-            finish(dk[n], dq[n], s_v[ilu], ilu, ujv, ov);
+            finish(kIsScaled8<T> ? dk[n] * sc : dk[n], kIsScaled8<T> ? dq[n] * sc : dq[n], s_v[ilu], ilu, ujv, ov);
             emit(u, ov, ujv);
           }
       }
@@ -310,6 +318,11 @@ __device__ __forceinline__ void stream_tile(const GdnReplayLaunch& l, const Tile
           }
         }
       }
+      float rs[kUnroll];  // block-scaled read copy: the rows' scales, outside the row guard (every lane shuffles)
+      if constexpr (kIsScaled8<R>) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) rs[u] = row_block_scale<R::kFormat>(s[u], t.lanes);
+      }
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const int i = i0 + u * t.rows_per_pass + t.rsub;
@@ -323,7 +336,12 @@ __device__ __forceinline__ void stream_tile(const GdnReplayLaunch& l, const Tile
           }
           if constexpr (!std::is_void<R>::value) {
             static_assert(kVec == 4, "dual read copies are written from an fp32 update copy");
-            if constexpr (kSR) {
+            if constexpr (kIsScaled8<R>) {
+              uint32_t r[4] = {0u, 0u, 0u, 0u};
+              if constexpr (kSR) random_words<4>(t.sr_read, t.elem0 + static_cast<long long>(i) * t.K, r);
+              store_scaled4<R::kFormat, kSR>(rd + static_cast<long long>(i0 + t.rsub) * t.K + u * kPass, s[u], rs[u], r);
+              if (t.c == 0) t.rscale[i] = rs[u];
+            } else if constexpr (kSR) {
               uint32_t r[4];
               random_words<4>(t.sr_read, t.elem0 + static_cast<long long>(i) * t.K, r);
               store_narrow4_sr(rd + static_cast<long long>(i0 + t.rsub) * t.K + u * kPass, s[u], r);
@@ -417,8 +435,8 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   const int tile_rows = (V + vtiles - 1) / vtiles;
   const Arith fa = kInner && kArith ? l.flush_arith : Arith::FP32;  // the launcher allows it on the inner route only
   const int F = kInner && kArith ? flush_terms(fa) : 1;
-  const ReplaySmem L{K, l.interval, tile_rows, F};
   constexpr bool kDual = !std::is_void<RD>::value;
+  const ReplaySmem L{K, l.interval, tile_rows, F, kIsScaled8<RD> ? 1 : 0};
   using Src = typename std::conditional<kDual, RD, CK>::type;  // what a non-flush step reads
   // The flush folds on tensor cores (flush_tile_mma) where K is the compiled 128 and the arithmetic is fp32.
   constexpr bool kMma = kInner && !kArith && kK == kMmaK;
@@ -637,6 +655,7 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   for (int i = v_begin + tid; i < v_end; i += kThreads) {
     const int il = i - v_begin;
     smem[L.off_v() + il] = to_f32(i == i_own ? v_own : v[i]);
+    if constexpr (kIsScaled8<RD>) smem[L.off_rscale() + il] = l.d_read_scale[(static_cast<long long>(slot) * HV + h) * V + i];
     float ak = 0.0f, aq = 0.0f;
     const auto term = [&](int e, uint16_t bits) {
       const float ue = bf16_bits_to_float(bits);
@@ -699,6 +718,7 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     t.sr_read = SrKey{a.seed, RandomStream::CheckpointRead, folded};
   }
   t.os = or_default(a.o_stride, static_cast<long long>(HV) * V);
+  t.rscale = kIsScaled8<RD> ? l.d_read_scale + (static_cast<long long>(slot) * HV + h) * V : nullptr;
   t.dprev = expf(G_prev), t.dt = expf(G_t), t.alpha = gt.alpha, t.beta = gt.beta;
   t.wq_j = kInner ? smem[L.off_wq() + j] : 0.0f;
   t.wf_j = kInner ? smem[L.off_wf() + j] : 0.0f;
@@ -789,45 +809,56 @@ void launch_replay(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
   if (blocks > 0x7FFFFFFFLL) bad_launch("gdn_replay_step", "batch · HV · tiles exceeds the grid limit");
   const bool inner = l.route == GdnRoute::Inner;
   const ReplaySmem L{l.step.dims.K, l.interval, (l.step.dims.V + vtiles - 1) / vtiles,
-                     inner ? flush_terms(l.flush_arith) : 1};
+                     inner ? flush_terms(l.flush_arith) : 1, kIsScaled8<RD> ? 1 : 0};
   const size_t bytes = static_cast<size_t>(L.floats()) * sizeof(float);
   if (bytes > 227 * 1024)
     bad_launch("gdn_replay_step", "needs " + std::to_string(bytes) + " bytes of shared memory (over 227 KiB): lower "
                "the interval, or a flush_arith other than 3xtf32 (three staged terms per entry)");
   const bool preset = l.step.dims.K == kPresetK;
   void (*kernel)(GdnReplayLaunch, int) = nullptr;
-  if (!inner) {
-    if constexpr (sizeof(CK) == 4 && std::is_void<RD>::value)
-      kernel = preset ? gdn_replay_rec_kernel<A, CK, RD, kPresetK> : gdn_replay_rec_kernel<A, CK, RD, 0>;
-    else
-      kernel = preset ? gdn_replay_kernel<A, CK, RD, false, kPresetK, false, false>
-                      : gdn_replay_kernel<A, CK, RD, false, 0, false, false>;
-  } else if constexpr (sizeof(CK) == 4) {
-    kernel = preset ? gdn_replay_inner32_kernel<A, CK, RD, kPresetK, false, false>
-                    : gdn_replay_inner32_kernel<A, CK, RD, 0, false, false>;
-  } else {
-    kernel = preset ? gdn_replay_inner16_kernel<A, CK, RD, kPresetK> : gdn_replay_inner16_kernel<A, CK, RD, 0>;
-  }
-  if (inner && !l.mma_fold) {  // the FFMA fold: the same kernels compiled for a run-time K
-    if constexpr (sizeof(CK) == 4)
-      kernel = gdn_replay_inner32_kernel<A, CK, RD, 0, false, false>;
-    else
-      kernel = gdn_replay_inner16_kernel<A, CK, RD, 0>;
-  }
-  if constexpr (std::is_same<A, __nv_bfloat16>::value) {
-    if (vtiles > 1 && preset && (l.mma_fold || !inner))
-      kernel = inner ? gdn_replay_small_kernel<A, CK, RD, true> : gdn_replay_small_kernel<A, CK, RD, false>;
-  }
-  // A flush arithmetic other than fp32 (inner route), and stochastic rounding where a 16-bit copy is stored (an fp32
-  // checkpoint stores without rounding): kernels for any K (their speed is not what such runs measure, and each
-  // instantiation costs build time).
-  const bool arith = inner && l.flush_arith != Arith::FP32;
-  if (arith) kernel = gdn_replay_kernel<A, CK, RD, true, 0, false, true>;
-  if constexpr (sizeof(CK) == 2 || !std::is_void<RD>::value) {
-    if (l.step.rounding == Rounding::Stochastic)
+  const bool arith = inner && l.flush_arith != Arith::FP32, sr = l.step.rounding == Rounding::Stochastic;
+  if constexpr (kIsScaled8<RD>) {  // a block-scaled read copy: the kernels for any K only (FFMA fold)
+    if (sr)
       kernel = arith   ? gdn_replay_kernel<A, CK, RD, true, 0, true, true>
                : inner ? gdn_replay_kernel<A, CK, RD, true, 0, true, false>
                        : gdn_replay_kernel<A, CK, RD, false, 0, true, false>;
+    else
+      kernel = arith   ? gdn_replay_kernel<A, CK, RD, true, 0, false, true>
+               : inner ? gdn_replay_kernel<A, CK, RD, true, 0, false, false>
+                       : gdn_replay_kernel<A, CK, RD, false, 0, false, false>;
+  } else {
+    if (!inner) {
+      if constexpr (sizeof(CK) == 4 && std::is_void<RD>::value)
+        kernel = preset ? gdn_replay_rec_kernel<A, CK, RD, kPresetK> : gdn_replay_rec_kernel<A, CK, RD, 0>;
+      else
+        kernel = preset ? gdn_replay_kernel<A, CK, RD, false, kPresetK, false, false>
+                        : gdn_replay_kernel<A, CK, RD, false, 0, false, false>;
+    } else if constexpr (sizeof(CK) == 4) {
+      kernel = preset ? gdn_replay_inner32_kernel<A, CK, RD, kPresetK, false, false>
+                      : gdn_replay_inner32_kernel<A, CK, RD, 0, false, false>;
+    } else {
+      kernel = preset ? gdn_replay_inner16_kernel<A, CK, RD, kPresetK> : gdn_replay_inner16_kernel<A, CK, RD, 0>;
+    }
+    if (inner && !l.mma_fold) {  // the FFMA fold: the same kernels compiled for a run-time K
+      if constexpr (sizeof(CK) == 4)
+        kernel = gdn_replay_inner32_kernel<A, CK, RD, 0, false, false>;
+      else
+        kernel = gdn_replay_inner16_kernel<A, CK, RD, 0>;
+    }
+    if constexpr (std::is_same<A, __nv_bfloat16>::value) {
+      if (vtiles > 1 && preset && (l.mma_fold || !inner))
+        kernel = inner ? gdn_replay_small_kernel<A, CK, RD, true> : gdn_replay_small_kernel<A, CK, RD, false>;
+    }
+    // A flush arithmetic other than fp32 (inner route), and stochastic rounding where a 16-bit copy is stored (an fp32
+    // checkpoint stores without rounding): kernels for any K (their speed is not what such runs measure, and each
+    // instantiation costs build time).
+    if (arith) kernel = gdn_replay_kernel<A, CK, RD, true, 0, false, true>;
+    if constexpr (sizeof(CK) == 2 || !std::is_void<RD>::value) {
+      if (sr)
+        kernel = arith   ? gdn_replay_kernel<A, CK, RD, true, 0, true, true>
+                 : inner ? gdn_replay_kernel<A, CK, RD, true, 0, true, false>
+                         : gdn_replay_kernel<A, CK, RD, false, 0, true, false>;
+    }
   }
   if (bytes > 48 * 1024) {  // above the default dynamic limit; a cheap attribute set, no synchronisation
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
@@ -838,6 +869,11 @@ void launch_replay(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
 
 template <class A>
 void dispatch_state(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
+  if (l.dual && is_scaled_format(l.read_format)) {  // not in with_checkpoint_types' list
+    if (l.read_format == Format::E4M3) return launch_replay<A, float, Scaled8<Format::E4M3>>(l, vtiles, stream);
+    if (l.read_format == Format::E5M2) return launch_replay<A, float, Scaled8<Format::E5M2>>(l, vtiles, stream);
+    return launch_replay<A, float, Scaled8<Format::INT8>>(l, vtiles, stream);
+  }
   with_checkpoint_types(l.dual, l.ckpt_format, l.read_format, [&](auto ck, auto rd) {
     launch_replay<A, typename decltype(ck)::type, typename decltype(rd)::type>(l, vtiles, stream);
   });
@@ -874,9 +910,12 @@ void gdn_replay_step(const GdnReplayLaunch& l, cudaStream_t stream) {
   if (reinterpret_cast<uintptr_t>(l.d_ring_k) % 16 != 0) gdn::bad_launch(what, "d_ring_k must be 16-byte aligned");
   if (l.dual) {
     if (l.ckpt_format != Format::FP32) gdn::bad_launch(what, "a dual checkpoint's update copy must be fp32");
-    if (l.read_format != Format::BF16 && l.read_format != Format::FP16)
-      gdn::bad_launch(what, "read_format must be bf16 or fp16 (got " + format_name(l.read_format) + ")");
+    const bool scaled = is_scaled_format(l.read_format);
+    if (l.read_format != Format::BF16 && l.read_format != Format::FP16 && !scaled)
+      gdn::bad_launch(what, "read_format must be bf16, fp16, e4m3, e5m2 or int8 (got " + format_name(l.read_format) + ")");
     if (!l.d_read) gdn::bad_launch(what, "d_read must be set for a dual checkpoint");
+    if (scaled && (!l.d_read_scale || reinterpret_cast<uintptr_t>(l.d_read_scale) % 4 != 0))
+      gdn::bad_launch(what, "d_read_scale must be set (4-byte aligned) for a " + format_name(l.read_format) + " read copy");
     gdn::check_state_rows(what, l.step.dims.K, gdn::state_vec(l.read_format), l.d_read);
   } else {
     if (l.ckpt_format != Format::FP32 && l.ckpt_format != Format::BF16 && l.ckpt_format != Format::FP16)

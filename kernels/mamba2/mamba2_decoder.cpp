@@ -16,7 +16,6 @@
 #include "common/device_buffer.h"
 #include "errors.h"
 #include "mamba2/mamba2_kernels.h"
-#include "numeric/scaled.h"
 
 namespace rssm {
 
@@ -133,13 +132,7 @@ void Mamba2CudaDecoder::reset(const Model& model, int seqs) {
     zeroed(read_, elems * static_cast<size_t>(format_bytes(s_.read_format)));
   else
     read_.release();
-  // A zero row's block scale is 1 (numeric/scaled.h): the scales of the zero read copy, as a flush would store them.
-  const std::vector<float> ones(s_.dual() && is_scaled_format(s_.read_format) ? static_cast<size_t>(seqs) * p.H * p.P : 0,
-                                1.0f);
-  if (ones.empty())
-    read_scale_.release();
-  else
-    upload(read_scale_, ones.data(), ones.size() * sizeof(float));
+  reset_row_scales(read_scale_, s_.dual() ? s_.read_format : Format::FP32, elems / static_cast<size_t>(p.N));
   if (s_.replays()) {
     // buffer_len only changes memory and traffic: the ring is sized by it as a serving engine's would be.
     capacity_ = std::max(s_.interval, s_.buffer_len);
@@ -259,21 +252,7 @@ void Mamba2CudaDecoder::advance(const InputChunk& c, int s0, int n, double* y) {
 
 void Mamba2CudaDecoder::fetch(const DeviceBuffer& d, Format f, std::vector<double>& out) const {
   const size_t n = static_cast<size_t>(seqs_) * static_cast<size_t>(model_.state_elems());
-  raw_.resize(n * static_cast<size_t>(format_bytes(f)));
-  CUDA_CHECK(cudaMemcpyAsync(raw_.data(), d.as(), raw_.size(), cudaMemcpyDeviceToHost, stream_));
-  const bool scaled = is_scaled_format(f);
-  const size_t rows = n / static_cast<size_t>(model_.mamba2.N);
-  if (scaled) {
-    raw_scales_.resize(rows);
-    CUDA_CHECK(cudaMemcpyAsync(raw_scales_.data(), read_scale_.as(), rows * sizeof(float), cudaMemcpyDeviceToHost,
-                               stream_));
-  }
-  CUDA_CHECK(cudaStreamSynchronize(stream_));
-  out.resize(n);
-  if (scaled)  // codes times their row's scale, exact in double, as the CPU copy holds them
-    dequantize_rows(f, raw_.data(), raw_scales_.data(), rows, static_cast<size_t>(model_.mamba2.N), out.data());
-  else
-    dequantise_codes(f, raw_.data(), n, out.data());
+  fetch_copy(d, read_scale_, f, n, static_cast<size_t>(model_.mamba2.N), stream_, raw_, raw_scales_, out);
 }
 
 std::vector<StateCopy> Mamba2CudaDecoder::state() const {

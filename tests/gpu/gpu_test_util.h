@@ -164,6 +164,22 @@ inline size_t read_copy_mismatches(Format f, Rounding r, const double* update, c
   return bad;
 }
 
+// A block-scaled read copy's row as the flush stores it from the update copy's stored values (numeric/scaled.h on
+// the fp32 row; stochastic with the words of (seed, CheckpointRead, step, element0 + i)): its codes, its scale
+// (returned) and, when `values` is set, what they decode to (code times scale in fp32, as the emulation reads them).
+inline float scaled_row(Format f, bool sr, const float* row, int n, uint64_t seed, long long step, long long element0,
+                 uint8_t* codes, float* values) {
+  std::vector<uint32_t> r;
+  if (sr) {
+    r.resize(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) r[i] = state_random_bits(seed, RandomStream::CheckpointRead, step, element0 + i);
+  }
+  const float scale =
+      quantize_row(f, sr ? Rounding::Stochastic : Rounding::Nearest, row, static_cast<size_t>(n), codes, sr ? r.data() : nullptr);
+  if (values) dequantize_row(f, codes, static_cast<size_t>(n), scale, values);
+  return scale;
+}
+
 // A running maximum that keeps a NaN.
 inline double max_nan(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
 

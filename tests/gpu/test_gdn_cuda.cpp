@@ -19,7 +19,10 @@
 //     bounds (u, k are computed values: a flipped bf16 rounding is allowed, a stale or missing entry is not);
 //   bitwise: every active output written (outputs are NaN-poisoned before each launch), padded rows' outputs and
 //     unused pool slots untouched, ring cursors (fill) equal to the emulation's after every step, the arrival
-//     counters back at 0, and a dual read copy equal to numeric/bits.h's rounding of the update copy, code for code.
+//     counters back at 0, and a dual read copy equal to numeric/bits.h's rounding of the update copy, code for code
+//     (a block-scaled e4m3 / e5m2 / int8 copy: codes and row scales equal to numeric/scaled.h's quantisation of the
+//     update copy's rows; its outputs are judged by the read format, and since u_t is computed from the read copy,
+//     the checkpoint's error against fp64 by twice the emulation's).
 // Rows sit at different ring fills in one launch (staggered starts), one row sits out a step mid-run, one row is
 // always padded, slots are a permutation of rows, and the ring starts NaN-poisoned (a stale entry read shows).
 #include <catch2/catch.hpp>
@@ -41,6 +44,7 @@
 #include "model/gdn.h"
 #include "numeric/arith.h"
 #include "numeric/bits.h"
+#include "numeric/scaled.h"
 
 #include "gpu_test_util.h"
 
@@ -146,6 +150,9 @@ void run_case(const Case& c, uint64_t seed) {
   // Pool: poisoned everywhere (unused slots must stay so), initial states of used slots random in the format.
   const Format sf = dual ? Format::FP32 : c.state;
   const size_t sb = width(sf);
+  const bool scaled = dual && is_scaled_format(c.read);  // codes of 1 byte with a scale per (value head, row of K)
+  const size_t rbytes = scaled ? 1 : 2;
+  constexpr uint32_t kPoisonScale = 0xA5A5A5A5u;
   auto used = [&](int s) {
     for (int r = 0; r < rows; ++r)
       if (slot_of[r] == s) return true;
@@ -159,15 +166,33 @@ void run_case(const Case& c, uint64_t seed) {
   DevBuf<uint8_t> dck(ck_bytes.size());
   dck.put(ck_bytes);
   std::unique_ptr<DevBuf<uint8_t>> drd;
+  std::unique_ptr<DevBuf<float>> drs;  // a block-scaled read copy's scales [pool, HV, V]
   std::vector<float> init_rd;
   if (dual) {
     init_rd.resize(init_ck.size());
-    for (size_t i = 0; i < init_rd.size(); ++i) init_rd[i] = round_to(c.read, init_ck[i]);
-    std::vector<uint8_t> rd_bytes = encode(c.read, init_rd);
-    for (int s = 0; s < pool; ++s)
-      if (!used(s)) std::memset(&rd_bytes[s * SE * 2], 0xA5, SE * 2);
+    std::vector<uint8_t> rd_bytes;
+    std::vector<float> rs_init;
+    if (scaled) {
+      rd_bytes.assign(init_ck.size(), 0);
+      rs_init.assign(pool * OUT, 0.0f);
+      for (size_t row = 0; row < pool * OUT; ++row)
+        rs_init[row] = scaled_row(c.read, false, &init_ck[row * K], K, 0, 0, 0, &rd_bytes[row * K], &init_rd[row * K]);
+    } else {
+      for (size_t i = 0; i < init_rd.size(); ++i) init_rd[i] = round_to(c.read, init_ck[i]);
+      rd_bytes = encode(c.read, init_rd);
+    }
+    for (int s = 0; s < pool; ++s) {
+      if (used(s)) continue;
+      std::memset(&rd_bytes[s * SE * rbytes], 0xA5, SE * rbytes);
+      if (scaled)
+        for (size_t i = 0; i < OUT; ++i) std::memcpy(&rs_init[s * OUT + i], &kPoisonScale, 4);
+    }
     drd = std::make_unique<DevBuf<uint8_t>>(rd_bytes.size());
     drd->put(rd_bytes);
+    if (scaled) {
+      drs = std::make_unique<DevBuf<float>>(rs_init.size());
+      drs->put(rs_init);
+    }
   }
   const int cap = KI + 1;  // capacity above the interval: entries past it must never be touched
   std::vector<EmuSlot> emu(pool);
@@ -214,14 +239,14 @@ void run_case(const Case& c, uint64_t seed) {
     if (c.l2) le.l2_ahead = *c.l2;
   } else {
     lr.step = a, lr.interval = KI, lr.capacity = cap, lr.route = c.route, lr.ckpt_format = sf, lr.d_ckpt = dck.p;
-    lr.dual = dual, lr.read_format = c.read, lr.d_read = dual ? drd->p : nullptr;
+    lr.dual = dual, lr.read_format = c.read, lr.d_read = dual ? drd->p : nullptr, lr.d_read_scale = scaled ? drs->p : nullptr;
     lr.d_ring_u = dru.p, lr.d_ring_k = drk.p, lr.d_ring_G = drG.p, lr.d_fill = dfill.p, lr.d_arrive = darr.p;
     lr.flush_arith = c.flush;
     if (c.l2) lr.l2_ahead = *c.l2;
     lr.v_tiles = c.vt;
   }
 
-  Format judged = eager ? sf : Format::BF16;
+  Format judged = eager ? sf : scaled ? c.read : Format::BF16;
   if (c.ofmt == Format::BF16) judged = Format::BF16;
   const Tolerance tol = output_tolerance(judged);
   const bool all_fp32 = sf == Format::FP32 && !dual && c.ofmt == Format::FP32;
@@ -229,7 +254,7 @@ void run_case(const Case& c, uint64_t seed) {
   // weight across an operand rounding boundary (one operand ulp, 2u, on that term); judged against the emulation, not
   // the fp64 budget (3xtf32 keeps every bound).
   const double flush_u = c.flush == Arith::TF32 ? 0x1p-11 : c.flush == Arith::BF16 ? 0x1p-8 : 0.0;
-  const bool fp64_budget = flush_u == 0.0;
+  const bool fp64_budget = flush_u == 0.0 && !scaled;
   const double diff_bound = std::max(all_fp32 ? (eager ? 2e-5 : 1e-3) : tol.rel_max, 4.0 * flush_u);
   double ker_sum = 0, emu_sum = 0, ker_max = 0, diff_max = 0;
   int measured = 0;
@@ -373,7 +398,15 @@ void run_case(const Case& c, uint64_t seed) {
             const size_t at = static_cast<size_t>(h) * V * K + x;
             const long long el = static_cast<long long>(s) * SE + at;
             e.ck[at] = store_val(sf, newrows[x], RandomStream::CheckpointUpdate, e.pos + 1, el);
-            if (dual) e.rd[at] = store_val(c.read, e.ck[at], RandomStream::CheckpointRead, e.pos + 1, el);
+            if (dual && !scaled) e.rd[at] = store_val(c.read, e.ck[at], RandomStream::CheckpointRead, e.pos + 1, el);
+          }
+          if (scaled) {  // a row's scale needs all of its stored update values
+            std::vector<uint8_t> codes(K);
+            for (int i = 0; i < V; ++i) {
+              const size_t r0 = (static_cast<size_t>(h) * V + i) * K;
+              scaled_row(c.read, c.sr, &e.ck[r0], K, sr_seed, e.pos + 1, static_cast<long long>(s) * SE + r0,
+                         codes.data(), &e.rd[r0]);
+            }
           }
         } else {
           e.rG[j * HV + h] = G_t;
@@ -403,6 +436,7 @@ void run_case(const Case& c, uint64_t seed) {
   const std::vector<uint8_t> ck_now_bytes = dck.get();
   const std::vector<float> ck_now = decode(sf, ck_now_bytes);
   const std::vector<uint8_t> rd_now = dual ? drd->get() : std::vector<uint8_t>();
+  const std::vector<float> rs_now = scaled ? drs->get() : std::vector<float>();
   const std::vector<uint16_t> ru_now = eager ? std::vector<uint16_t>() : dru.get();
   const std::vector<uint16_t> rk_now = eager ? std::vector<uint16_t>() : drk.get();
   const std::vector<float> rG_now = eager ? std::vector<float>() : drG.get();
@@ -412,7 +446,9 @@ void run_case(const Case& c, uint64_t seed) {
     if (!used(s)) {
       for (size_t i = 0; i < SE * sb; ++i) untouched_bad += ck_now_bytes[s * SE * sb + i] != 0xA5;
       if (dual)
-        for (size_t i = 0; i < SE * 2; ++i) untouched_bad += rd_now[s * SE * 2 + i] != 0xA5;
+        for (size_t i = 0; i < SE * rbytes; ++i) untouched_bad += rd_now[s * SE * rbytes + i] != 0xA5;
+      if (scaled)
+        for (size_t i = 0; i < OUT; ++i) untouched_bad += std::memcmp(&rs_now[s * OUT + i], &kPoisonScale, 4) != 0;
       if (!eager) {
         for (size_t i = 0; i < cap * OUT; ++i) untouched_bad += ru_now[s * cap * OUT + i] != 0x7FC0;
         for (size_t i = 0; i < cap * QK; ++i) untouched_bad += rk_now[s * cap * QK + i] != 0x7FC0;
@@ -425,7 +461,16 @@ void run_case(const Case& c, uint64_t seed) {
     st_ref = max_nan(st_ref, rel_rms(&ck_now[s * SE], ref.data(), SE));
     st_emu = max_nan(st_emu, rel_rms(&ck_now[s * SE], e.ck.data(), SE));
     st_emu_ref = max_nan(st_emu_ref, rel_rms(e.ck.data(), ref.data(), SE));
-    if (dual) {
+    if (scaled) {  // codes and scale of every row: the quantisation of the update copy's stored row, exactly
+      std::vector<uint8_t> want(K);
+      for (size_t row = 0; row < OUT; ++row) {
+        const size_t r0 = row * K;
+        const float sc = scaled_row(c.read, c.sr, &ck_now[s * SE + r0], K, sr_seed, e.flush_pos,
+                                    static_cast<long long>(s * SE + r0), want.data(), nullptr);
+        read_copy_bad += std::memcmp(&rs_now[s * OUT + row], &sc, 4) != 0;
+        for (int n = 0; n < K; ++n) read_copy_bad += rd_now[s * SE + r0 + n] != want[n];
+      }
+    } else if (dual) {
       for (size_t i = 0; i < SE; ++i) {
         uint16_t u;
         std::memcpy(&u, &rd_now[(s * SE + i) * 2], 2);
@@ -585,6 +630,30 @@ TEST_CASE("gdn cuda dual: fp32 update + bf16/fp16 read copy, both routes, every 
         c.act = K == 4 ? Format::FP32 : Format::BF16;
         run_case(c, seed_for(c));
       }
+}
+
+TEST_CASE("gdn cuda dual: fp32 update + block-scaled e4m3 / e5m2 / int8 read copy, both routes",
+          "[gpu][gdn][dual][scaled]") {
+  if (!have_device()) return;
+  for (Format r : {Format::E4M3, Format::E5M2, Format::INT8})
+    for (GdnRoute route : {GdnRoute::Inner, GdnRoute::Reconstruct}) {
+      for (int K : {1, 4, 16, 32}) {
+        Case c;
+        c.geo = "small", c.dims = small(), c.kind = Kind::Dual, c.route = route, c.read = r, c.interval = K;
+        c.act = K == 4 ? Format::FP32 : Format::BF16;
+        run_case(c, seed_for(c));
+      }
+      Case q;
+      q.geo = "qwen35-4b", q.dims = qwen4b(), q.kind = Kind::Dual, q.route = route, q.read = r, q.interval = 16;
+      run_case(q, seed_for(q));
+      q.interval = 4, q.sr = true;  // stochastic codes with the emulation's words
+      run_case(q, seed_for(q));
+    }
+  for (int K : {4, 16}) {  // the inner route's staged flush operands
+    Case c;
+    c.geo = "small", c.dims = small(), c.kind = Kind::Dual, c.read = Format::E4M3, c.interval = K, c.flush = Arith::TF32;
+    run_case(c, seed_for(c));
+  }
 }
 
 TEST_CASE("gdn cuda replay and dual: Qwen3.5-4B and Qwen3.5-122B, both routes", "[gpu][gdn][replay][dual]") {
@@ -822,6 +891,22 @@ TEST_CASE("gdn cuda launchers reject bad launch structs with a message naming th
   CHECK_THROWS_WITH(gdn_replay_step(l, nullptr), Catch::Contains("d_slot"));
   l.route = GdnRoute::Reconstruct, l.flush_arith = Arith::TF32;
   CHECK_THROWS_WITH(gdn_replay_step(l, nullptr), Catch::Contains("flush_arith tf32 needs route inner"));
+  {  // a block-scaled read copy needs its scales
+    int32_t* buf = nullptr;
+    CUDA_CHECK(cudaMalloc(&buf, 64));
+    GdnReplayLaunch d;
+    d.step.dims = small();
+    d.step.batch = 1;
+    d.step.d_slot = buf, d.step.d_q = buf, d.step.d_k = buf, d.step.d_v = buf, d.step.d_a = buf, d.step.d_b = buf;
+    d.step.d_o = buf, d.step.d_A_log = reinterpret_cast<float*>(buf), d.step.d_dt_bias = d.step.d_A_log;
+    d.d_ckpt = buf, d.d_ring_u = reinterpret_cast<uint16_t*>(buf), d.d_ring_k = d.d_ring_u;
+    d.d_ring_G = reinterpret_cast<float*>(buf), d.d_fill = buf, d.d_arrive = buf;
+    d.dual = true, d.read_format = Format::INT8, d.d_read = buf;
+    CHECK_THROWS_WITH(gdn_replay_step(d, nullptr), Catch::Contains("d_read_scale"));
+    d.read_format = Format::FP64;
+    CHECK_THROWS_WITH(gdn_replay_step(d, nullptr), Catch::Contains("read_format"));
+    cudaFree(buf);
+  }
   GdnEagerLaunch e;
   e.step.dims = {3, 4, 16, 16};
   e.step.batch = 1;

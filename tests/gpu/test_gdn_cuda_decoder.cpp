@@ -123,6 +123,9 @@ TEST_CASE("gdn cuda decoder: what the kernels do not cover is a precise skip rea
                                              {{"decoder", "replay"}, {"state_format", "bf16"}, {"route", "reconstruct"}},
                                              {{"decoder", "replay"}, {"state_format", "bf16"}, {"out_format", "bf16"}},
                                              {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "fp16"}},
+                                             {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "e4m3"}},
+                                             {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "int8"},
+                                              {"route", "reconstruct"}},
                                              {{"decoder", "dual"}, {"route", "reconstruct"}},
                                              {{"decoder", "eager"}, {"state_format", "bf16"}, {"rounding", "stochastic"}},
                                              {{"decoder", "dual"}, {"flush_arith", "3xtf32"}},
@@ -146,8 +149,6 @@ TEST_CASE("gdn cuda decoder: what the kernels do not cover is a precise skip rea
       {{{"decoder", "eager"}, {"state_format", "fp64"}}, "eager GDN fp64 state"},
       {{{"decoder", "replay"}, {"state_format", "e4m3"}}, "shared GDN e4m3 checkpoint"},
       {{{"decoder", "replay"}, {"state_format", "fp64"}}, "shared GDN fp64 checkpoint"},
-      {{{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "e4m3"}}, "GDN dual e4m3 read copy"},
-      {{{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "int8"}}, "GDN dual int8 read copy"},
       {{{"decoder", "dual"}, {"state_format", "fp64"}, {"read_format", "fp32"}}, "GDN dual update copy in fp64"},
       {{{"decoder", "replay"}, {"buffer_format", "fp32"}}, "GDN fp32 buffer"},
       {{{"decoder", "replay"}, {"dot_arith", "tf32"}}, "GDN dot_arith tf32"},
@@ -209,6 +210,10 @@ TEST_CASE("gdn cuda decoder: cpu and cuda twins in lockstep, both routes, agains
         {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "fp16"}, {"interval", "16"}},
         {{"decoder", "replay"}, {"state_format", "fp16"}, {"interval", "8"}, {"rounding", "stochastic"}},
         {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "bf16"}, {"interval", "16"},
+         {"rounding", "stochastic"}},
+        // Block-scaled 8-bit read copies (codes and a scale per state row).
+        {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "e4m3"}, {"interval", "8"}},
+        {{"decoder", "dual"}, {"state_format", "fp32"}, {"read_format", "int8"}, {"interval", "16"},
          {"rounding", "stochastic"}},
     };
     for (Params p : replay) {
@@ -298,7 +303,8 @@ TEST_CASE("gdn cuda decoder: cpu and cuda twins in lockstep, both routes, agains
         }
         if (s.dual()) {
           // The read copy is the update copy rounded once, from the same registers: code for code.
-          CHECK(gpu_test::read_copy_mismatches(s.read_format, s.rounding, gs[0].data, gs[1].data, gs[0].size) == 0);
+          CHECK(gpu_test::read_copy_mismatches(s.read_format, s.rounding, gs[0].data, gs[1].data, gs[0].size,
+                                               static_cast<size_t>(g.K)) == 0);
         }
       }
     }
