@@ -16,9 +16,10 @@
 #   GPU_RUN_CLI=1 scripts/gpu_run.sh    + `replayssm run` of configs/gpu/*.ini (scheme.backend = cpu, cuda) into
 #                                       $OUT/<config>.h5 (+ .log, .inspect.txt); fails if a cuda point was skipped.
 #                                       GPU_RUN_CLI_CONFIGS="configs/gpu/x.ini ..." picks configs (default: the
-#                                       tiny_hybrid comparisons, *_cpu_vs_cuda and *_arith_sr (flush arithmetic,
-#                                       stochastic rounding), seconds each, the Super-120B Mamba-2 and the
-#                                       Qwen3.5-4B GDN 8192-step layers, minutes each)
+#                                       tiny_hybrid comparisons, *_cpu_vs_cuda, *_arith_sr (flush arithmetic,
+#                                       stochastic rounding) and *_scaled_read (e4m3 / e5m2 / int8 read copies),
+#                                       seconds each, the Super-120B Mamba-2 and the Qwen3.5-4B GDN 8192-step
+#                                       layers, minutes each)
 # Outputs: $OUT/gpu_tests.log, $OUT/bench_mamba2_cuda.json (+ .log), $OUT/ncu_*.csv,
 # $OUT/sanitize-*.log, $OUT/<config>.h5 (GPU_RUN_CLI), $OUT/summary.txt (what ran, exit codes, GPU and driver).
 set -uo pipefail
@@ -125,7 +126,7 @@ if [ -n "${GPU_RUN_CLI:-}" ]; then
   if [ -x "$cli" ]; then
     for cfg in ${GPU_RUN_CLI_CONFIGS:-configs/gpu/mamba2_cpu_vs_cuda.ini configs/gpu/mamba2_arith_sr.ini \
                 configs/gpu/mamba2_super120b_8192.ini configs/gpu/gdn_cpu_vs_cuda.ini configs/gpu/gdn_arith_sr.ini \
-                configs/gpu/gdn_qwen35_4b_8192.ini}; do
+                configs/gpu/gdn_qwen35_4b_8192.ini configs/gpu/mamba2_scaled_read.ini configs/gpu/gdn_scaled_read.ini}; do
       name=$(basename "$cfg" .ini)
       start=$(date +%s)
       # Twins share a batch (one reference); --jobs runs batches side by side, each with its share of the cores.
