@@ -20,8 +20,11 @@
 
 namespace rssm {
 
-// One code of a block-scaled copy in format F: a 1-byte type per format, so that TileLayout (16 codes to a 16-byte
-// vector) and a kernel's template dispatch see the format at compile time.
+// One code of a block-scaled copy in format F: a 1-byte type per format, so that a kernel's template dispatch sees
+// the format at compile time. Its vectors are 8 codes (8-byte loads): the lane layout and register footprint of a
+// bf16 copy's 8-element vectors, half the bytes. 16-code vectors held 16 decoded values and 16 of each of the step's
+// vectors (C_t; k_t, q_t, bf16(k_t)) per thread: ptxas spilled 324 bytes in GDN's 7-CTA kernel, where bf16 spills
+// 24-60.
 template <Format F>
 struct Scaled8 {
   static_assert(F == Format::E4M3 || F == Format::E5M2 || F == Format::INT8, "formats with block scales");
@@ -41,16 +44,15 @@ constexpr float kScaledMax = F == Format::E4M3 ? kE4M3Max : F == Format::E5M2 ? 
 
 template <Format F>
 struct StateVec<Scaled8<F>> {
-  static constexpr int kVec = 16;
+  static constexpr int kVec = 8;
   // The codes' values without the row's scale. e4m3 and e5m2 widen to fp16 in hardware (exact, NaN and inf kept);
   // int8's -128 is the NaN code (numeric/bits.h int8_to_float).
-  __device__ static void load(const Scaled8<F>* p, float v[kVec]) {
-    unpack(__ldcs(reinterpret_cast<const uint4*>(p)), v);  // streamed once: evict first
-  }
+  __device__ static void load(const Scaled8<F>* p, float v[kVec]) { unpack(ldcs_vec(p), v); }
+  // q: the raw vector as ldcs_vec returns it (codes in .x, .y).
   __device__ static void unpack(const uint4 q, float v[kVec]) {
-    const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+    const uint32_t w[2] = {q.x, q.y};
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
+    for (int i = 0; i < 2; ++i) {
       if constexpr (F == Format::INT8) {
 #pragma unroll
         for (int b = 0; b < 4; ++b) v[4 * i + b] = int8_to_float(static_cast<int8_t>(w[i] >> (8 * b)));

@@ -135,6 +135,18 @@ struct StateVec<__half> {
   }
 };
 
+// The raw vector of StateVec<T>::kVec elements at p as the streams hold it, a streaming load (evict first): 16 bytes
+// for fp32, bf16, fp16 (one uint4), 8 for the codes of a block-scaled copy (common/scaled_vec.cuh; in .x, .y).
+template <class T>
+__device__ inline uint4 ldcs_vec(const T* p) {
+  if constexpr (StateVec<T>::kVec * sizeof(T) == 8) {
+    const uint2 v = __ldcs(reinterpret_cast<const uint2*>(p));
+    return make_uint4(v.x, v.y, 0u, 0u);
+  } else {
+    return __ldcs(reinterpret_cast<const uint4*>(p));
+  }
+}
+
 // Four fp32 values rounded to T (bf16 or fp16) and stored as one 8-byte vector: the dual read copy, written from
 // the fp32 update copy's registers (whose vector is 4 wide). v is left as it is (it holds the update copy).
 template <class T>

@@ -31,7 +31,7 @@ bool kernel_state_format(Format f) { return f == Format::FP32 || plain16(f); }
 // The kernels' row layout (16-byte vectors of a K-long state row, the row within one warp), checked with the layer
 // known so a geometry they cannot tile is a clear config error instead of a failed launch.
 void check_rows(const Model& model, Format f, const char* copy) {
-  const int K = model.gdn.K, vec = 16 / format_bytes(f);
+  const int K = model.gdn.K, vec = f == Format::FP32 ? 4 : 8;
   const int lanes = K / vec;
   if (K % vec != 0 || lanes < 1 || lanes > 32 || (lanes & (lanes - 1)) != 0)
     throw ConfigError(fmt::format("scheme.backend = cuda: the GDN kernels need the key dim K to be {} times a power "

@@ -147,8 +147,8 @@ __device__ inline void round_narrow4(float v[4]) {
   throw std::invalid_argument(std::string(what) + ": " + msg);
 }
 
-// Elements of a 16-byte vector: fp32 4, bf16 / fp16 8, the 1-byte codes of a block-scaled read copy 16.
-inline int state_vec(Format f) { return f == Format::FP32 ? 4 : format_bytes(f) == 1 ? 16 : 8; }
+// Elements of a state vector: fp32 4, bf16 / fp16 8 (16 bytes), the 1-byte codes of a block-scaled read copy 8.
+inline int state_vec(Format f) { return f == Format::FP32 ? 4 : 8; }
 
 // Checks of the fields every step shares.
 // sr_ok: the kernel this launch runs implements stochastic rounding (the step args' `rounding`).

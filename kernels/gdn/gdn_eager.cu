@@ -207,9 +207,8 @@ int gdn_v_tiles(const GdnDims& dims, int batch, Format state_format) {
   // that is 8 tiles at batch 1 and 2 at batch 8 for fp32 (eager 8.1 -> 5.2 us and 16.1 -> 13.3; inner replay K16
   // 17.6 -> 8.4 and 24.9 -> 14.5); the rule it replaced (>= 2048 CTAs) chose 32 and 8, and a second wave of CTAs
   // doubles the chain. Never below one pass of rows.
-  const int vec = gdn::state_vec(state_format);
   const int rows_per_pass = gdn_rows_per_pass(dims, state_format);
-  const long long head_bytes = static_cast<long long>(dims.V) * dims.K * (16 / vec);
+  const long long head_bytes = static_cast<long long>(dims.V) * dims.K * format_bytes(state_format);
   const long long ctas = static_cast<long long>(batch) * dims.HV, slots = 4LL * sm_count();
   int tiles = 1;
   while (ctas * 2 * tiles <= slots && head_bytes / (2 * tiles) >= 8192 &&

@@ -84,7 +84,7 @@ struct GdnEagerLaunch {
 // Dual: d_ckpt is the fp32 update copy (read and written only at a flush) and d_read the read copy in read_format
 // that non-flush steps read; the flush writes both from the same registers. read_format BF16 or FP16, or E4M3, E5M2,
 // INT8: one byte a code, with one fp32 scale per (value head, row of K) in d_read_scale [pool, HV, V], codes and
-// scales as numeric/scaled.h computes them from the stored update values (kernels for any K, FFMA fold).
+// scales as numeric/scaled.h computes them from the stored update values (the flush folds with FFMA for them).
 // Ring, per slot, capacity entries (>= interval); entries 0 .. fill-1 are the tokens since the checkpoint:
 //   d_ring_u [pool, capacity, HV, V] bf16 bits: the corrected updates u_j = β_j·(v_j − α_j·S_{j−1}·k_j);
 //   d_ring_k [pool, capacity, HK, K] bf16 bits: the normalised keys (once per key head);

@@ -114,7 +114,7 @@ __device__ inline void load_chunk_raw(const T* lane0, int K, int i0, int rsub, i
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     const bool live = i0 + u * rows_per_pass + rsub < v_end;
-    q[u] = live ? __ldcs(reinterpret_cast<const uint4*>(r0 + u * kPass)) : make_uint4(0, 0, 0, 0);
+    q[u] = live ? ldcs_vec(r0 + u * kPass) : make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -439,7 +439,8 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   const ReplaySmem L{K, l.interval, tile_rows, F, kIsScaled8<RD> ? 1 : 0};
   using Src = typename std::conditional<kDual, RD, CK>::type;  // what a non-flush step reads
   // The flush folds on tensor cores (flush_tile_mma) where K is the compiled 128 and the arithmetic is fp32.
-  constexpr bool kMma = kInner && !kArith && kK == kMmaK;
+  // A block-scaled read copy is written by the FFMA fold's stream (its codes need each row's amax first).
+  constexpr bool kMma = kInner && !kArith && kK == kMmaK && !kIsScaled8<RD>;
   constexpr int kVF = StateVec<CK>::kVec;  // the flush streams CK
   const int v_begin = tile * tile_rows, v_end = min(V, v_begin + tile_rows);
   const long long head_off = (static_cast<long long>(slot) * HV + h) * V * K;
@@ -816,49 +817,38 @@ void launch_replay(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
                "the interval, or a flush_arith other than 3xtf32 (three staged terms per entry)");
   const bool preset = l.step.dims.K == kPresetK;
   void (*kernel)(GdnReplayLaunch, int) = nullptr;
-  const bool arith = inner && l.flush_arith != Arith::FP32, sr = l.step.rounding == Rounding::Stochastic;
-  if constexpr (kIsScaled8<RD>) {  // a block-scaled read copy: the kernels for any K only (FFMA fold)
-    if (sr)
+  if (!inner) {
+    if constexpr (sizeof(CK) == 4 && std::is_void<RD>::value)
+      kernel = preset ? gdn_replay_rec_kernel<A, CK, RD, kPresetK> : gdn_replay_rec_kernel<A, CK, RD, 0>;
+    else
+      kernel = preset ? gdn_replay_kernel<A, CK, RD, false, kPresetK, false, false>
+                      : gdn_replay_kernel<A, CK, RD, false, 0, false, false>;
+  } else if constexpr (sizeof(CK) == 4) {
+    kernel = preset ? gdn_replay_inner32_kernel<A, CK, RD, kPresetK, false, false>
+                    : gdn_replay_inner32_kernel<A, CK, RD, 0, false, false>;
+  } else {
+    kernel = preset ? gdn_replay_inner16_kernel<A, CK, RD, kPresetK> : gdn_replay_inner16_kernel<A, CK, RD, 0>;
+  }
+  if (inner && !l.mma_fold) {  // the FFMA fold: the same kernels compiled for a run-time K
+    if constexpr (sizeof(CK) == 4)
+      kernel = gdn_replay_inner32_kernel<A, CK, RD, 0, false, false>;
+    else
+      kernel = gdn_replay_inner16_kernel<A, CK, RD, 0>;
+  }
+  if constexpr (std::is_same<A, __nv_bfloat16>::value) {
+    if (vtiles > 1 && preset && (l.mma_fold || !inner))
+      kernel = inner ? gdn_replay_small_kernel<A, CK, RD, true> : gdn_replay_small_kernel<A, CK, RD, false>;
+  }
+  // A flush arithmetic other than fp32 (inner route), and stochastic rounding where a 16-bit copy is stored (an fp32
+  // checkpoint stores without rounding): kernels for any K (their speed is not what such runs measure, and each
+  // instantiation costs build time).
+  const bool arith = inner && l.flush_arith != Arith::FP32;
+  if (arith) kernel = gdn_replay_kernel<A, CK, RD, true, 0, false, true>;
+  if constexpr (sizeof(CK) == 2 || !std::is_void<RD>::value) {
+    if (l.step.rounding == Rounding::Stochastic)
       kernel = arith   ? gdn_replay_kernel<A, CK, RD, true, 0, true, true>
                : inner ? gdn_replay_kernel<A, CK, RD, true, 0, true, false>
                        : gdn_replay_kernel<A, CK, RD, false, 0, true, false>;
-    else
-      kernel = arith   ? gdn_replay_kernel<A, CK, RD, true, 0, false, true>
-               : inner ? gdn_replay_kernel<A, CK, RD, true, 0, false, false>
-                       : gdn_replay_kernel<A, CK, RD, false, 0, false, false>;
-  } else {
-    if (!inner) {
-      if constexpr (sizeof(CK) == 4 && std::is_void<RD>::value)
-        kernel = preset ? gdn_replay_rec_kernel<A, CK, RD, kPresetK> : gdn_replay_rec_kernel<A, CK, RD, 0>;
-      else
-        kernel = preset ? gdn_replay_kernel<A, CK, RD, false, kPresetK, false, false>
-                        : gdn_replay_kernel<A, CK, RD, false, 0, false, false>;
-    } else if constexpr (sizeof(CK) == 4) {
-      kernel = preset ? gdn_replay_inner32_kernel<A, CK, RD, kPresetK, false, false>
-                      : gdn_replay_inner32_kernel<A, CK, RD, 0, false, false>;
-    } else {
-      kernel = preset ? gdn_replay_inner16_kernel<A, CK, RD, kPresetK> : gdn_replay_inner16_kernel<A, CK, RD, 0>;
-    }
-    if (inner && !l.mma_fold) {  // the FFMA fold: the same kernels compiled for a run-time K
-      if constexpr (sizeof(CK) == 4)
-        kernel = gdn_replay_inner32_kernel<A, CK, RD, 0, false, false>;
-      else
-        kernel = gdn_replay_inner16_kernel<A, CK, RD, 0>;
-    }
-    if constexpr (std::is_same<A, __nv_bfloat16>::value) {
-      if (vtiles > 1 && preset && (l.mma_fold || !inner))
-        kernel = inner ? gdn_replay_small_kernel<A, CK, RD, true> : gdn_replay_small_kernel<A, CK, RD, false>;
-    }
-    // A flush arithmetic other than fp32 (inner route), and stochastic rounding where a 16-bit copy is stored (an fp32
-    // checkpoint stores without rounding): kernels for any K (their speed is not what such runs measure, and each
-    // instantiation costs build time).
-    if (arith) kernel = gdn_replay_kernel<A, CK, RD, true, 0, false, true>;
-    if constexpr (sizeof(CK) == 2 || !std::is_void<RD>::value) {
-      if (sr)
-        kernel = arith   ? gdn_replay_kernel<A, CK, RD, true, 0, true, true>
-                 : inner ? gdn_replay_kernel<A, CK, RD, true, 0, true, false>
-                         : gdn_replay_kernel<A, CK, RD, false, 0, true, false>;
-    }
   }
   if (bytes > 48 * 1024) {  // above the default dynamic limit; a cheap attribute set, no synchronisation
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));

@@ -27,7 +27,7 @@ bool kernel_state_format(Format f) { return f == Format::FP32 || plain16(f); }
 // The streamed state's layout rule of the kernels (16-byte vectors, one state row within a warp), checked with the
 // layer known so a geometry the kernels cannot tile is a clear config error instead of a failed launch.
 void check_rows(const Model& model, Format f, const char* copy) {
-  const int N = model.mamba2.N, vec = 16 / format_bytes(f);
+  const int N = model.mamba2.N, vec = f == Format::FP32 ? 4 : 8;
   const int lanes = N / vec;
   if (N % vec != 0 || lanes < 1 || lanes > 32 || (lanes & (lanes - 1)) != 0)
     throw ConfigError(fmt::format("scheme.backend = cuda: the Mamba-2 kernels need the state dim N to be {} times a "

@@ -29,7 +29,7 @@ constexpr int kMaxRows = 16;   // register array bound of TileLayout::kRows
 // a 16-bit state keeps 8 elements per register quad until it is used.
 template <class T>
 struct TileLayout {
-  static constexpr int kVec = 16 / sizeof(T);
+  static constexpr int kVec = StateVec<T>::kVec;  // 16-byte vectors (a block-scaled copy's codes: 8 bytes)
   static constexpr int kRows = sizeof(T) == 4 ? 16 : 8;
   int lanes, rpp, c, rsub;
   __device__ explicit TileLayout(int N) {
@@ -63,7 +63,7 @@ __device__ inline void load_chunk(uint4 (&q)[kMaxRows], const T* src, const Tile
   const int left = p_end - p0 - t.rsub;  // row u is in the tile while u·rpp < left
 #pragma unroll
   for (int u = 0; u < R; ++u)
-    q[u] = u * t.rpp < left ? __ldcs(reinterpret_cast<const uint4*>(r0 + u * kPassElems<T>)) : make_uint4(0, 0, 0, 0);
+    q[u] = u * t.rpp < left ? ldcs_vec(r0 + u * kPassElems<T>) : make_uint4(0, 0, 0, 0);
 }
 
 // One chunk (pairs q0 + u·rpp + rsub, u < R; rows of the CTA's contiguous run of pairs) of the run at `base` (pair 0,
@@ -74,7 +74,7 @@ __device__ inline void load_rows(uint4 (&q)[R], const T* base, const TileLayout<
   const int left = np - q0 - lay.rsub;
 #pragma unroll
   for (int u = 0; u < R; ++u)
-    q[u] = u * lay.rpp < left ? __ldcs(reinterpret_cast<const uint4*>(r0 + u * kPassElems<T>)) : make_uint4(0, 0, 0, 0);
+    q[u] = u * lay.rpp < left ? ldcs_vec(r0 + u * kPassElems<T>) : make_uint4(0, 0, 0, 0);
 }
 
 // Eight consecutive bf16 ring elements (pairs q0 .. q0 + 7 of a row of np; pe points at pair q0) as raw bits, zero
@@ -147,8 +147,8 @@ __host__ __device__ inline long long or_default(long long stride, long long cont
   throw std::invalid_argument(std::string(what) + ": " + msg);
 }
 
-// Elements of a 16-byte vector: fp32 4, bf16 / fp16 8, the 1-byte codes of a block-scaled read copy 16.
-inline int state_vec(Format f) { return f == Format::FP32 ? 4 : format_bytes(f) == 1 ? 16 : 8; }
+// Elements of a state vector: fp32 4, bf16 / fp16 8 (16 bytes), the 1-byte codes of a block-scaled read copy 8.
+inline int state_vec(Format f) { return f == Format::FP32 ? 4 : 8; }
 
 // Checks of the fields every step shares; `state_vec_elems` is the 16-byte vector width of the streamed state.
 // sr_ok: the kernel this launch runs implements stochastic rounding (the step args' `rounding`).
