@@ -194,7 +194,8 @@ void bm_step(benchmark::State& st, Config c) {
   GdnReplayLaunch lr;
   lr.step = a, lr.interval = KI, lr.capacity = cap, lr.route = c.route;
   lr.ckpt_format = dual ? Format::FP32 : c.state, lr.d_ckpt = ck.p;
-  lr.dual = dual, lr.read_format = c.state, lr.d_read = dual ? rd.p : nullptr, lr.d_read_scale = scaled ? rscale.p : nullptr;
+  lr.dual = dual, lr.read_format = c.state, lr.d_read = dual ? rd.p : nullptr;
+  lr.d_read_scale = scaled ? rscale.p : nullptr;
   if (c.tuned) lr.l2_ahead = c.l2;
   lr.v_tiles = c.vt;
   lr.mma_fold = !c.fma_fold;

@@ -191,7 +191,8 @@ void bm_step(benchmark::State& st, Config c) {
   le.variant = c.variant, le.pipe_stages = c.stages, le.pipe_ctas = c.ctas, le.p_tiles = c.pt;
   Mamba2ReplayLaunch lr;
   lr.step = a, lr.interval = K, lr.capacity = cap, lr.ckpt_format = dual ? Format::FP32 : c.state, lr.d_ckpt = ck.p;
-  lr.dual = dual, lr.read_format = c.state, lr.d_read = dual ? rd.p : nullptr, lr.d_read_scale = scaled ? rscale.p : nullptr;
+  lr.dual = dual, lr.read_format = c.state, lr.d_read = dual ? rd.p : nullptr;
+  lr.d_read_scale = scaled ? rscale.p : nullptr;
   lr.d_ring_x = rx.p, lr.d_ring_B = rB.p, lr.d_ring_dl = dl.p, lr.d_fill = fill.p, lr.d_arrive = arrive.p;
   lr.variant = c.variant, lr.heads_per_cta = c.heads, lr.pipe_stages = c.stages, lr.pipe_ctas = c.ctas;
   if (c.pt > 0) lr.heads_per_cta = 1, lr.p_tiles = c.pt;

@@ -60,7 +60,8 @@ struct StateVec<Scaled8<F>> {
         constexpr __nv_fp8_interpretation_t kInterp = F == Format::E4M3 ? __NV_E4M3 : __NV_E5M2;
 #pragma unroll
         for (int hw = 0; hw < 2; ++hw) {
-          const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(w[i] >> (16 * hw)), kInterp);
+          const auto pair = static_cast<__nv_fp8x2_storage_t>(w[i] >> (16 * hw));
+          const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, kInterp);
           const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
           v[4 * i + 2 * hw] = f.x;
           v[4 * i + 2 * hw + 1] = f.y;
@@ -79,7 +80,8 @@ __device__ inline float row_max(float v, int width) {
   return v;
 }
 
-// The scale of a row of which this lane holds v[0 .. kW) (the stored fp32 values), over `width` lanes: numeric/scaled.h.
+// The scale (numeric/scaled.h) of a row of which this lane holds v[0 .. kW), the stored fp32 values, over `width`
+// lanes.
 template <Format F, int kW>
 __device__ inline float row_block_scale(const float (&v)[kW], int width) {
   float amax = 0.0f;

@@ -174,10 +174,42 @@ inline float scaled_row(Format f, bool sr, const float* row, int n, uint64_t see
     r.resize(static_cast<size_t>(n));
     for (int i = 0; i < n; ++i) r[i] = state_random_bits(seed, RandomStream::CheckpointRead, step, element0 + i);
   }
-  const float scale =
-      quantize_row(f, sr ? Rounding::Stochastic : Rounding::Nearest, row, static_cast<size_t>(n), codes, sr ? r.data() : nullptr);
+  const Rounding rnd = sr ? Rounding::Stochastic : Rounding::Nearest;
+  const float scale = quantize_row(f, rnd, row, static_cast<size_t>(n), codes, sr ? r.data() : nullptr);
   if (values) dequantize_row(f, codes, static_cast<size_t>(n), scale, values);
   return scale;
+}
+
+// Wrong codes and scales of a block-scaled read copy: codes [rows·n] and scales [rows] against scaled_row of the
+// update copy's stored rows `update` [rows·n] (row r's elements at element0 + r·n, stochastic words at `step`).
+inline long long scaled_copy_mismatches(Format f, bool sr, const float* update, const uint8_t* codes,
+                                        const float* scales, size_t rows, int n, uint64_t seed, long long step,
+                                        long long element0) {
+  long long bad = 0;
+  std::vector<uint8_t> want(static_cast<size_t>(n));
+  for (size_t row = 0; row < rows; ++row) {
+    const size_t r0 = row * static_cast<size_t>(n);
+    const float sc = scaled_row(f, sr, update + r0, n, seed, step, element0 + static_cast<long long>(r0), want.data(),
+                                nullptr);
+    bad += std::memcmp(&scales[row], &sc, 4) != 0;
+    for (int i = 0; i < n; ++i) bad += codes[r0 + i] != want[i];
+  }
+  return bad;
+}
+
+// The same check on a deliberately corrupted copy of one slot (one code flipped, then one scale an ulp off) must
+// count each: the check above can fail.
+inline bool scaled_check_catches(Format f, bool sr, const float* update, const uint8_t* codes, const float* scales,
+                                 size_t rows, int n, uint64_t seed, long long step, long long element0) {
+  std::vector<uint8_t> c(codes, codes + rows * static_cast<size_t>(n));
+  std::vector<float> s(scales, scales + rows);
+  c[0] ^= 0x01;
+  const long long code_flip = scaled_copy_mismatches(f, sr, update, c.data(), s.data(), rows, n, seed, step, element0);
+  c[0] ^= 0x01;
+  s[rows - 1] = std::nextafter(s[rows - 1], INFINITY);
+  const long long scale_off = scaled_copy_mismatches(f, sr, update, c.data(), s.data(), rows, n, seed, step, element0);
+  const long long clean = scaled_copy_mismatches(f, sr, update, codes, scales, rows, n, seed, step, element0);
+  return code_flip == clean + 1 && scale_off == clean + 1;
 }
 
 // A running maximum that keeps a NaN.

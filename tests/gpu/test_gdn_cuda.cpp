@@ -35,6 +35,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/cuda_check.h"
@@ -239,7 +240,8 @@ void run_case(const Case& c, uint64_t seed) {
     if (c.l2) le.l2_ahead = *c.l2;
   } else {
     lr.step = a, lr.interval = KI, lr.capacity = cap, lr.route = c.route, lr.ckpt_format = sf, lr.d_ckpt = dck.p;
-    lr.dual = dual, lr.read_format = c.read, lr.d_read = dual ? drd->p : nullptr, lr.d_read_scale = scaled ? drs->p : nullptr;
+    lr.dual = dual, lr.read_format = c.read, lr.d_read = dual ? drd->p : nullptr;
+    lr.d_read_scale = scaled ? drs->p : nullptr;
     lr.d_ring_u = dru.p, lr.d_ring_k = drk.p, lr.d_ring_G = drG.p, lr.d_fill = dfill.p, lr.d_arrive = darr.p;
     lr.flush_arith = c.flush;
     if (c.l2) lr.l2_ahead = *c.l2;
@@ -441,7 +443,7 @@ void run_case(const Case& c, uint64_t seed) {
   const std::vector<uint16_t> rk_now = eager ? std::vector<uint16_t>() : drk.get();
   const std::vector<float> rG_now = eager ? std::vector<float>() : drG.get();
   double st_ref = 0, st_emu = 0, st_emu_ref = 0, ring_u_diff = 0, ring_k_diff = 0, ring_G_diff = 0;
-  long long untouched_bad = 0, read_copy_bad = 0;
+  long long untouched_bad = 0, read_copy_bad = 0, scaled_catches = 0;
   for (int s = 0; s < pool; ++s) {
     if (!used(s)) {
       for (size_t i = 0; i < SE * sb; ++i) untouched_bad += ck_now_bytes[s * SE * sb + i] != 0xA5;
@@ -462,14 +464,10 @@ void run_case(const Case& c, uint64_t seed) {
     st_emu = max_nan(st_emu, rel_rms(&ck_now[s * SE], e.ck.data(), SE));
     st_emu_ref = max_nan(st_emu_ref, rel_rms(e.ck.data(), ref.data(), SE));
     if (scaled) {  // codes and scale of every row: the quantisation of the update copy's stored row, exactly
-      std::vector<uint8_t> want(K);
-      for (size_t row = 0; row < OUT; ++row) {
-        const size_t r0 = row * K;
-        const float sc = scaled_row(c.read, c.sr, &ck_now[s * SE + r0], K, sr_seed, e.flush_pos,
-                                    static_cast<long long>(s * SE + r0), want.data(), nullptr);
-        read_copy_bad += std::memcmp(&rs_now[s * OUT + row], &sc, 4) != 0;
-        for (int n = 0; n < K; ++n) read_copy_bad += rd_now[s * SE + r0 + n] != want[n];
-      }
+      const auto args = std::make_tuple(c.read, c.sr, &ck_now[s * SE], &rd_now[s * SE], &rs_now[s * OUT], OUT, K,
+                                        sr_seed, e.flush_pos, static_cast<long long>(s * SE));
+      read_copy_bad += std::apply(scaled_copy_mismatches, args);
+      scaled_catches += std::apply(scaled_check_catches, args) ? 0 : 1;
     } else if (dual) {
       for (size_t i = 0; i < SE; ++i) {
         uint16_t u;
@@ -512,6 +510,7 @@ void run_case(const Case& c, uint64_t seed) {
   CHECK(fill_mismatch == 0);
   CHECK(arrive_bad == 0);
   CHECK(read_copy_bad == 0);
+  CHECK(scaled_catches == 0);  // the read-copy check counts a corrupted code and scale
   CHECK(ring_u_diff <= 1e-3);
   CHECK(ring_k_diff <= 1e-3);
   CHECK(ring_G_diff <= 1e-5);
