@@ -11,12 +11,16 @@
 #              (scripts/gpu_run.sh runs dist/unpack.sh itself when it finds the pack)
 #
 #   scripts/dist_pack.sh [DIST_DIR]     default dist; needs DIST_DIR/bin/replayssm_gpu_tests (a CUDA build) and zstd
+#   DIST_PACK_BASE=bench_mamba2_cuda scripts/dist_pack.sh   another program kept whole, the rest patched against it:
+#                                       for a call that carries the benchmarks without the GPU tests (the tests alone
+#                                       are about 50 MiB packed, and a benchmark that differs from them 7 MiB more)
 # The binaries are stripped first (symbols are most of a binary's compressible bytes). Fails, leaving dist/ as it
 # was, when a program is missing or when the pack exceeds 60 MiB (the rest of the tree travels too).
 set -euo pipefail
 dist=${1:-dist}
 die() { echo "dist_pack: $*" >&2; exit 1; }
-base="$dist/bin/replayssm_gpu_tests"
+base_name=${DIST_PACK_BASE:-replayssm_gpu_tests}
+base="$dist/bin/$base_name"
 [ -f "$base" ] || die "$base not found: make the dist/ bundle from a CUDA build first (scripts/make_dist.sh build)"
 [ -d "$dist/lib" ] || die "$dist/lib not found: make the dist/ bundle first (scripts/make_dist.sh)"
 zstd_bin=$(command -v zstd) || die "zstd not found (apt-get install zstd; scripts/setup.sh installs it)"
@@ -25,13 +29,13 @@ stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/patch" "$stage/tools"
 cp -p "$base" "$stage/bin/"
-strip "$stage/bin/replayssm_gpu_tests" 2>/dev/null || true  # not an ELF file (the tests' stand-ins): kept as is
+strip "$stage/bin/$base_name" 2>/dev/null || true  # not an ELF file (the tests' stand-ins): kept as is
 for f in "$dist"/bin/*; do
   name=$(basename "$f")
-  [ "$name" = replayssm_gpu_tests ] && continue
+  [ "$name" = "$base_name" ] && continue
   cp -p "$f" "$stage/$name"
   strip "$stage/$name" 2>/dev/null || true
-  "$zstd_bin" -q --patch-from="$stage/bin/replayssm_gpu_tests" "$stage/$name" -o "$stage/patch/$name.zst"
+  "$zstd_bin" -q --patch-from="$stage/bin/$base_name" "$stage/$name" -o "$stage/patch/$name.zst"
   rm "$stage/$name"
 done
 cp -rp "$dist/lib" "$stage/lib"
@@ -42,11 +46,11 @@ for l in $(ldd "$zstd_bin" | awk '/=> \//{print $3}' | grep -v -E '/libc\.so|/li
 done
 tar -C "$stage" -cf - bin lib patch tools | xz -T2 -6 > "$stage/pack.tar.xz"
 size=$(stat -c %s "$stage/pack.tar.xz")
-[ "$size" -le $((60 * 1024 * 1024)) ] || die "the pack is $((size / 1048576)) MiB, over 60 MiB: carry fewer programs"
+[ "$size" -le $((60 * 1024 * 1024)) ] || die "the pack is $((size / 1048576)) MiB, over 60 MiB: carry fewer programs (the benchmarks can travel in a call of their own, packed with DIST_PACK_BASE=bench_mamba2_cuda)"
 
-cat > "$stage/unpack.sh" <<'EOF'
-#!/usr/bin/env bash
-# Restores dist/bin and dist/lib from dist/pack.tar.xz (made by scripts/dist_pack.sh): the GPU test binary whole, the
+{ echo '#!/usr/bin/env bash'; echo "base_name=$base_name"; } > "$stage/unpack.sh"
+cat >> "$stage/unpack.sh" <<'EOF'
+# Restores dist/bin and dist/lib from dist/pack.tar.xz (made by scripts/dist_pack.sh): one program (base_name) whole, the
 # other programs from their zstd patches against it. Run on the device before anything in dist/bin.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -56,7 +60,7 @@ tar xJf pack.tar.xz
 for p in patch/*.zst; do
   [ -e "$p" ] || continue
   out="bin/$(basename "$p" .zst)"
-  LD_LIBRARY_PATH=tools tools/zstd -q -d --memory=2048MB --patch-from=bin/replayssm_gpu_tests "$p" -o "$out"
+  LD_LIBRARY_PATH=tools tools/zstd -q -d --memory=2048MB --patch-from="bin/$base_name" "$p" -o "$out"
   chmod +x "$out"
 done
 rm -rf patch tools

@@ -73,3 +73,18 @@ def test_refuses_a_bundle_without_the_gpu_tests(tmp_path):
     r = subprocess.run(["bash", str(SCRIPT), str(dist)], capture_output=True, text=True)
     assert r.returncode != 0 and "replayssm_gpu_tests not found" in r.stderr
     assert (dist / "bin" / "bench_x").exists()  # left as it was
+
+
+def test_another_base_program(tmp_path):
+    # DIST_PACK_BASE: a call that carries only the benchmarks keeps one of them whole and patches the rest against it.
+    dist = make_dist(tmp_path)
+    (dist / "bin" / "replayssm_gpu_tests").unlink()
+    want = {f.name: f.read_bytes() for f in (dist / "bin").iterdir()}
+    env = dict(os.environ, DIST_PACK_BASE="bench_x")
+    r = subprocess.run(["bash", str(SCRIPT), str(dist)], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr
+    listing = subprocess.run(["tar", "tJf", str(dist / "pack.tar.xz")], capture_output=True, text=True, check=True)
+    assert "bin/bench_x" in listing.stdout.split() and "patch/bench_x_old.zst" in listing.stdout.split()
+    r = subprocess.run([str(dist / "unpack.sh")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert {f.name: f.read_bytes() for f in (dist / "bin").iterdir()} == want
