@@ -180,6 +180,30 @@ inline float scaled_row(Format f, bool sr, const float* row, int n, uint64_t see
   return scale;
 }
 
+// A dual read copy made from the update copy's initial stored states `ck` [rows·n]: its bytes (1-byte codes, or a
+// 16-bit format's values), what they decode to, and for a block-scaled format a scale per row (else empty).
+struct ReadCopyInit {
+  std::vector<uint8_t> bytes;
+  std::vector<float> values, scales;
+};
+inline ReadCopyInit initial_read_copy(Format f, const std::vector<float>& ck, int n) {
+  ReadCopyInit r;
+  r.values.resize(ck.size());
+  if (is_scaled_format(f)) {
+    const size_t rows = ck.size() / static_cast<size_t>(n);
+    r.bytes.assign(ck.size(), 0);
+    r.scales.assign(rows, 0.0f);
+    for (size_t row = 0; row < rows; ++row) {
+      const size_t at = row * static_cast<size_t>(n);
+      r.scales[row] = scaled_row(f, false, &ck[at], n, 0, 0, 0, &r.bytes[at], &r.values[at]);
+    }
+  } else {
+    for (size_t i = 0; i < ck.size(); ++i) r.values[i] = round_to(f, ck[i]);
+    r.bytes = encode(f, r.values);
+  }
+  return r;
+}
+
 // Wrong codes and scales of a block-scaled read copy: codes [rows·n] and scales [rows] against scaled_row of the
 // update copy's stored rows `update` [rows·n] (row r's elements at element0 + r·n, stochastic words at `step`).
 inline long long scaled_copy_mismatches(Format f, bool sr, const float* update, const uint8_t* codes,

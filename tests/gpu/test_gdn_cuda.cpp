@@ -170,18 +170,10 @@ void run_case(const Case& c, uint64_t seed) {
   std::unique_ptr<DevBuf<float>> drs;  // a block-scaled read copy's scales [pool, HV, V]
   std::vector<float> init_rd;
   if (dual) {
-    init_rd.resize(init_ck.size());
-    std::vector<uint8_t> rd_bytes;
-    std::vector<float> rs_init;
-    if (scaled) {
-      rd_bytes.assign(init_ck.size(), 0);
-      rs_init.assign(pool * OUT, 0.0f);
-      for (size_t row = 0; row < pool * OUT; ++row)
-        rs_init[row] = scaled_row(c.read, false, &init_ck[row * K], K, 0, 0, 0, &rd_bytes[row * K], &init_rd[row * K]);
-    } else {
-      for (size_t i = 0; i < init_rd.size(); ++i) init_rd[i] = round_to(c.read, init_ck[i]);
-      rd_bytes = encode(c.read, init_rd);
-    }
+    ReadCopyInit rc = initial_read_copy(c.read, init_ck, K);
+    init_rd = std::move(rc.values);
+    std::vector<uint8_t>& rd_bytes = rc.bytes;
+    std::vector<float>& rs_init = rc.scales;
     for (int s = 0; s < pool; ++s) {
       if (used(s)) continue;
       std::memset(&rd_bytes[s * SE * rbytes], 0xA5, SE * rbytes);

@@ -168,16 +168,10 @@ void run_case(const Case& c, uint64_t seed) {
   std::unique_ptr<DevBuf<float>> drs;  // a block-scaled read copy's scales [pool, H, P]
   std::vector<uint8_t> rd_bytes;
   if (dual) {
-    std::vector<float> rs_init;
-    if (scaled) {
-      rd_bytes.assign(init_ck.size(), 0);
-      rs_init.assign(pool * HP, 0.0f);
-      for (size_t row = 0; row < pool * HP; ++row)
-        rs_init[row] = scaled_row(c.read, false, &init_ck[row * N], N, 0, 0, 0, &rd_bytes[row * N], &init_rd[row * N]);
-    } else {
-      for (size_t i = 0; i < init_rd.size(); ++i) init_rd[i] = round_to(c.read, init_ck[i]);
-      rd_bytes = encode(c.read, init_rd);
-    }
+    ReadCopyInit rc = initial_read_copy(c.read, init_ck, N);
+    init_rd = std::move(rc.values);
+    rd_bytes = std::move(rc.bytes);
+    std::vector<float>& rs_init = rc.scales;
     for (int s = 0; s < pool; ++s) {
       bool used = false;
       for (int r = 0; r < rows; ++r) used |= slot_of[r] == s;
