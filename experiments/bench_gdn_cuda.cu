@@ -19,7 +19,8 @@
 //               cores (GdnReplayLaunch::mma_fold = false), named .../fold:fma/batch:256
 //     --tiles_tune  adds rows at batch 1 and 8 over the CTAs per (row, value head), v_tiles 1 .. 32 (as many as
 //               leave one pass of rows per CTA): eager fp32 / bf16, and the interval-16 replay schemes of the targets,
-//               named .../vt:N/batch:B
+//               named .../vt:N/batch:B; and eager fp32 / bf16 at batch 64 and 256 at v_tiles 1, 2, 4, 8 (finer CTAs
+//               shorten the last wave of a grid of ~9 waves; the launcher's rule keeps 1 there)
 //   JSON: --benchmark_out=FILE --benchmark_out_format=json (context: GPU, driver, git commit, ceilings, geometry).
 //
 // Method (KERNELS.md "Measuring like the peers were measured"), as bench_mamba2_cuda: inputs and state already on
@@ -346,6 +347,13 @@ void register_all() {
     return m.V / gdn_rows_per_pass({m.HK, m.HV, m.K, m.V}, f);
   };
   if (g_opt.tiles_tune) {
+    for (int b : {64, 256})
+      for (Format f : {Format::FP32, Format::BF16})
+        for (int vt = 1; vt <= 8 && vt <= max_vt(f); vt *= 2) {
+          Config c{Scheme::Eager, kInner, f, Kind::Step, 1, b};
+          c.vt = vt;
+          add(c);
+        }
     for (int b : {1, 8})
       for (int vt = 1; vt <= 32; vt *= 2) {
         for (Format f : {Format::FP32, Format::BF16})
