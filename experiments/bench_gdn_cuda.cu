@@ -20,7 +20,7 @@
 //     --tiles_tune  adds rows at batch 1 and 8 over the CTAs per (row, value head), v_tiles 1 .. 32 (as many as
 //               leave one pass of rows per CTA): eager fp32 / bf16, and the interval-16 replay schemes of the targets,
 //               named .../vt:N/batch:B; and eager fp32 / bf16 at batch 64 and 256 at v_tiles 1, 2, 4, 8 (finer CTAs
-//               shorten the last wave of a grid of ~9 waves; the launcher's rule keeps 1 there)
+//               shorten the last wave of a grid of ~9 waves: gdn_eager_v_tiles)
 //   JSON: --benchmark_out=FILE --benchmark_out_format=json (context: GPU, driver, git commit, ceilings, geometry).
 //
 // Method (KERNELS.md "Measuring like the peers were measured"), as bench_mamba2_cuda: inputs and state already on
@@ -262,7 +262,7 @@ void bm_step(benchmark::State& st, Config c) {
   st.counters["of_copy"] = med > 0 ? bytes / med / 1e9 / g_copy_GBps : 0;
   st.counters["of_read"] = med > 0 ? bytes / med / 1e9 / g_read_GBps : 0;
   // c.state: the copy a non-flush step streams
-  st.counters["v_tiles"] = c.vt > 0 ? c.vt : eager ? gdn_v_tiles({HK, HV, K, V}, B, c.state) : gdn_replay_v_tiles(lr);
+  st.counters["v_tiles"] = c.vt > 0 ? c.vt : eager ? gdn_eager_v_tiles({HK, HV, K, V}, B, c.state) : gdn_replay_v_tiles(lr);
 }
 
 void add(const Config& c) {

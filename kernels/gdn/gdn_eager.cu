@@ -8,8 +8,8 @@
 // passes. The first chunk's loads are issued before q and k are normalised, and each later chunk's before the chunk
 // in hand is used; l2_ahead chunks beyond those are prefetched into L2 (a rolling window: a whole tile per resident
 // CTA overruns the L2, and the re-reads cost more than the prefetch gained). The rows' dots are reduced together
-// (row_sums, reduce_scatter): the step is bound by instruction issue as much as by bandwidth. V-tiles only at small
-// batch, where rows × heads would not fill 132 SMs.
+// (row_sums, reduce_scatter): the step is bound by instruction issue as much as by bandwidth. V-tiles at small batch,
+// where rows × heads would not fill 132 SMs, and two for fp32 states at serving batch (gdn_eager_v_tiles).
 #include <algorithm>
 
 #include <cuda_bf16.h>
@@ -217,6 +217,20 @@ int gdn_v_tiles(const GdnDims& dims, int batch, Format state_format) {
   return tiles;
 }
 
+int gdn_eager_v_tiles(const GdnDims& dims, int batch, Format state_format) {
+  const int tiles = gdn_v_tiles(dims, batch, state_format);
+  // Serving batch, fp32 state: two tiles per (row, head), though the grid is already many waves. A CTA of one tile
+  // streams 128 KiB (read and written back) at 7 CTAs per SM, so the last wave drains for a long CTA; halved, it drains
+  // for half of one. On the H200 (Qwen3.5-4B, bench_gdn_cuda --tiles_tune, two processes,
+  // benchmarks/experiments/gdn_eager_vt.{1,2}.h200.json): batch 256 281.6 -> 278.4 us (89.2% -> 90.3% of copy),
+  // batch 64 79.1 -> 75.1; 4 tiles 288.2 / 76.1, 8 tiles 374 / 97. 16-bit states lose (bf16, batch 256: 150.1 ->
+  // 156.2; their CTAs are half as long and share the key head's prologue over HV / HK heads), so they keep one.
+  if (tiles == 1 && state_format == Format::FP32 && (dims.V + 1) / 2 >= gdn_rows_per_pass(dims, state_format) &&
+      static_cast<long long>(dims.V) * dims.K * 4 / 2 >= 8192)
+    return 2;
+  return tiles;
+}
+
 int gdn_eager_heads_per_cta(const GdnDims& dims, int batch, Format state_format) {
   if (state_format == Format::FP32 || dims.HK <= 0 || gdn_v_tiles(dims, batch, state_format) > 1) return 1;
   const int vpk = dims.HV / dims.HK;
@@ -241,7 +255,7 @@ void gdn_eager_step(const GdnEagerLaunch& l, cudaStream_t stream) {
     gdn::bad_launch(what, "state_format must be fp32, bf16 or fp16 (got " + format_name(l.state_format) + ")");
   if (!l.d_state) gdn::bad_launch(what, "d_state must be set");
   gdn::check_state_rows(what, l.step.dims.K, gdn::state_vec(l.state_format), l.d_state);
-  const int vtiles = l.v_tiles > 0 ? l.v_tiles : gdn_v_tiles(l.step.dims, l.step.batch, l.state_format);
+  const int vtiles = l.v_tiles > 0 ? l.v_tiles : gdn_eager_v_tiles(l.step.dims, l.step.batch, l.state_format);
   const int hpc = l.heads_per_cta > 0 ? l.heads_per_cta : gdn_eager_heads_per_cta(l.step.dims, l.step.batch, l.state_format);
   switch (l.state_format) {
     case Format::FP32: gdn::dispatch_act<float>(l, vtiles, hpc, stream); break;

@@ -76,7 +76,7 @@ struct GdnEagerLaunch {
   // (benchmarks/experiments/gdn_l2_ahead.h200.json): whole tiles for every resident CTA overrun the 50 MB L2.
   int heads_per_cta = 0;
   int l2_ahead = 1;
-  int v_tiles = 0;  // CTAs per (row, head group), 1..V; 0 = gdn_v_tiles' choice
+  int v_tiles = 0;  // CTAs per (row, head group), 1..V; 0 = gdn_eager_v_tiles' choice
 };
 
 // Replay: a checkpoint per slot and a ring of the tokens appended since it.
@@ -145,6 +145,9 @@ int gdn_v_tiles(const GdnDims& dims, int batch, Format state_format);
 // Rows of one pass of a CTA over a tile (its threads over a row's K / vector lanes): gdn_v_tiles never makes a tile
 // smaller than this (V when K is below one vector). The benchmark's tile sweep stops there too.
 int gdn_rows_per_pass(const GdnDims& dims, Format state_format);
+// CTAs per (row, value head) of gdn_eager_step when GdnEagerLaunch::v_tiles is 0: gdn_v_tiles, and two where that
+// leaves an fp32 state whole (serving batch: a shorter last wave; gdn_eager.cu gives the H200's numbers).
+int gdn_eager_v_tiles(const GdnDims& dims, int batch, Format state_format);
 // CTAs per (row, value head) of gdn_replay_step (launch.v_tiles when set; its streamed copy decides the row layout).
 int gdn_replay_v_tiles(const GdnReplayLaunch& launch);
 // Value heads per CTA of gdn_eager_step when GdnEagerLaunch::heads_per_cta is 0: 16-bit states, whose CTAs are short

@@ -565,6 +565,19 @@ TEST_CASE("gdn cuda eager: heads per CTA and L2 prefetch distance", "[gpu][gdn][
       }
 }
 
+// The eager launcher's tile rule at serving batch (gdn_eager_v_tiles): fp32 states split each head in two (the shape
+// the case above runs at 5 rows, c.vt = 0), 16-bit states keep whole heads; small batches keep gdn_v_tiles' split.
+TEST_CASE("gdn cuda eager: v_tiles at serving batch", "[gpu][gdn][eager]") {
+  if (!have_device()) return;
+  const GdnDims d = qwen4b();
+  for (int batch : {64, 256, 512}) {
+    CHECK(gdn_eager_v_tiles(d, batch, Format::FP32) == 2);
+    CHECK(gdn_eager_v_tiles(d, batch, Format::BF16) == 1);
+    CHECK(gdn_v_tiles(d, batch, Format::FP32) == 1);  // what the replay and verify launchers keep
+  }
+  for (int batch : {1, 5, 8}) CHECK(gdn_eager_v_tiles(d, batch, Format::FP32) == gdn_v_tiles(d, batch, Format::FP32));
+}
+
 TEST_CASE("gdn cuda replay: L2 prefetch distance, both routes, shared and dual", "[gpu][gdn][replay]") {
   if (!have_device()) return;
   for (int l2 : {0, 2})
