@@ -20,7 +20,8 @@
 //     --tiles_tune  adds rows at batch 1 and 8 over the CTAs per (row, value head), v_tiles 1 .. 32 (as many as
 //               leave one pass of rows per CTA): eager fp32 / bf16, and the interval-16 replay schemes of the targets,
 //               named .../vt:N/batch:B; and eager fp32 / bf16 at batch 64 and 256 at v_tiles 1, 2, 4, 8 (finer CTAs
-//               shorten the last wave of a grid of ~9 waves: gdn_eager_v_tiles)
+//               shorten the last wave of a grid of ~9 waves: gdn_eager_v_tiles), the same replay schemes there at
+//               v_tiles 1, 2, 4
 //   JSON: --benchmark_out=FILE --benchmark_out_format=json (context: GPU, driver, git commit, ceilings, geometry).
 //
 // Method (KERNELS.md "Measuring like the peers were measured"), as bench_mamba2_cuda: inputs and state already on
@@ -354,6 +355,15 @@ void register_all() {
           c.vt = vt;
           add(c);
         }
+    for (int b : {64, 256})
+      for (S s : std::vector<S>{{Scheme::Replay, kInner, Format::FP32}, {Scheme::Replay, kRec, Format::FP32},
+                                {Scheme::Replay, kInner, Format::BF16}, {Scheme::Dual, kInner, Format::BF16}})
+        for (int vt = 1; vt <= 4 && vt <= max_vt(s.f); vt *= 2)
+          for (Kind k : {Kind::Nonflush, Kind::Flush, Kind::Amortised}) {
+            Config c{s.sc, s.route, s.f, k, 16, b};
+            c.vt = vt;
+            add(c);
+          }
     for (int b : {1, 8})
       for (int vt = 1; vt <= 32; vt *= 2) {
         for (Format f : {Format::FP32, Format::BF16})

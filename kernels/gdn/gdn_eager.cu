@@ -200,6 +200,10 @@ int gdn_rows_per_pass(const GdnDims& dims, Format state_format) {
   return lanes > 0 ? gdn::kThreads / lanes : dims.V;
 }
 
+bool gdn_small_batch(const GdnDims& dims, int batch) {
+  return 2LL * batch * dims.HV <= 4LL * sm_count();
+}
+
 int gdn_v_tiles(const GdnDims& dims, int batch, Format state_format) {
   // Small batches are latency chains per CTA (slot, state; replay: cursor, ring, prologue), so the fastest split is
   // the fewest CTAs that still spread the state over the SMs: halve the tiles' rows while the grid stays within 4 CTAs
@@ -211,6 +215,7 @@ int gdn_v_tiles(const GdnDims& dims, int batch, Format state_format) {
   const long long head_bytes = static_cast<long long>(dims.V) * dims.K * format_bytes(state_format);
   const long long ctas = static_cast<long long>(batch) * dims.HV, slots = 4LL * sm_count();
   int tiles = 1;
+  if (!gdn_small_batch(dims, batch)) return tiles;
   while (ctas * 2 * tiles <= slots && head_bytes / (2 * tiles) >= 8192 &&
          (dims.V + 2 * tiles - 1) / (2 * tiles) >= rows_per_pass)
     tiles *= 2;

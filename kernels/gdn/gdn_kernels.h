@@ -142,6 +142,10 @@ void gdn_replay_step(const GdnReplayLaunch& launch, cudaStream_t stream);
 // would leave SMs idle, into no more CTAs than fit in one wave (gdn_eager.cu says how it was chosen). Exposed for the
 // tests and the benchmark's labels.
 int gdn_v_tiles(const GdnDims& dims, int batch, Format state_format);
+// Whether `batch` rows are a small batch: whole-head CTAs fill at most half of a wave of 4 per SM, the first split
+// gdn_v_tiles makes. Split value dims there take the small-batch replay prologue (every read that may be needed
+// issued at once, ring entries sent to L2); split value dims at serving batch (a forced v_tiles) do not.
+bool gdn_small_batch(const GdnDims& dims, int batch);
 // Rows of one pass of a CTA over a tile (its threads over a row's K / vector lanes): gdn_v_tiles never makes a tile
 // smaller than this (V when K is below one vector). The benchmark's tile sweep stops there too.
 int gdn_rows_per_pass(const GdnDims& dims, Format state_format);

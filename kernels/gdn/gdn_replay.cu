@@ -420,7 +420,7 @@ __device__ __forceinline__ void flush_tile_mma(const GdnReplayLaunch& l, const T
 // kSmall: the small-batch prologue (gdn_replay_small_kernel): every read the step may need is issued with the slot.
 // The body of the kernels below (they differ in their register budget and kSmall only).
 template <class A, class CK, class RD, bool kInner, int kK, bool kSR, bool kArith, bool kSmall = false>
-__device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles) {
+__device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles, int ring_l2) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   __shared__ int s_fill;
@@ -494,12 +494,13 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     const int end = l.l2_ahead < 0 ? v_end : min(v_end, v_begin + (l.l2_ahead + 2) * src_span);
     prefetch_rows(static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) + head_off, K, v_begin, end);
   }
-  if (vtiles > 1) {
-    // Small batch (the value dim is split): the step is latency-bound, a chain of dependent loads (fill, G_{j−1},
-    // keys, u rows). Send every entry that may be live (0 .. interval−2) to L2 with the state, so the chain runs on
-    // L2 hits (kSmall reads the first entries directly; this serves the rest, and the other kernels). At serving
-    // batch (one tile) this would add ring bytes that are not live, so it is left out there.
-    const int cap = l.capacity, ents = l.interval - 1;
+  if (ring_l2 > 0) {
+    // Small batch (a grid of at most a wave: launch_replay): the step is latency-bound, a chain of dependent loads
+    // (fill, G_{j−1}, keys, u rows). Send every entry that may be live (ring_l2 = 0 .. interval−2) to L2 with the
+    // state, so the chain runs on L2 hits (kSmall reads the first entries directly; this serves the rest, and the
+    // other kernels). At serving batch (many waves, value tiles or not) this would add ring bytes that are not live,
+    // so the launcher passes 0 there.
+    const int cap = l.capacity, ents = ring_l2;
     const char* ub = reinterpret_cast<const char*>(l.d_ring_u + static_cast<long long>(slot) * cap * HV * V +
                                                    static_cast<long long>(h) * V + v_begin);
     const char* kb = reinterpret_cast<const char*>(l.d_ring_k + static_cast<long long>(slot) * cap * HK * K +
@@ -756,8 +757,8 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
 }
 
 template <class A, class CK, class RD, bool kInner, int kK, bool kSR, bool kArith>
-__global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l, int vtiles) {
-  replay_step<A, CK, RD, kInner, kK, kSR, kArith>(l, vtiles);
+__global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l, int vtiles, int ring_l2) {
+  replay_step<A, CK, RD, kInner, kK, kSR, kArith>(l, vtiles, ring_l2);
 }
 
 // The inner route on an fp32 checkpoint (shared or dual) with a floor of 7 resident CTAs per SM (72 registers, 24
@@ -769,8 +770,8 @@ __global__ void __launch_bounds__(kThreads) gdn_replay_kernel(GdnReplayLaunch l,
 // reconstruct route's rebuild needs its registers: it keeps the kernels below.
 constexpr int kInnerMinBlocks = 7;
 template <class A, class CK, class RD, int kK, bool kSR, bool kArith>
-__global__ void __launch_bounds__(kThreads, kInnerMinBlocks) gdn_replay_inner32_kernel(GdnReplayLaunch l, int vtiles) {
-  replay_step<A, CK, RD, true, kK, kSR, kArith>(l, vtiles);
+__global__ void __launch_bounds__(kThreads, kInnerMinBlocks) gdn_replay_inner32_kernel(GdnReplayLaunch l, int vtiles, int ring_l2) {
+  replay_step<A, CK, RD, true, kK, kSR, kArith>(l, vtiles, ring_l2);
 }
 
 // The inner route on a shared 16-bit checkpoint with a floor of 7 resident CTAs per SM: without one ptxas gives it
@@ -782,8 +783,8 @@ __global__ void __launch_bounds__(kThreads, kInnerMinBlocks) gdn_replay_inner32_
 constexpr int kInner16MinBlocks = 7;
 template <class A, class CK, class RD, int kK>
 __global__ void __launch_bounds__(kThreads, kInner16MinBlocks)
-    gdn_replay_inner16_kernel(GdnReplayLaunch l, int vtiles) {
-  replay_step<A, CK, RD, true, kK, false, false>(l, vtiles);
+    gdn_replay_inner16_kernel(GdnReplayLaunch l, int vtiles, int ring_l2) {
+  replay_step<A, CK, RD, true, kK, false, false>(l, vtiles, ring_l2);
 }
 
 // The reconstruct route on a shared fp32 checkpoint with a floor of 5 resident CTAs per SM: reading the prologue's
@@ -791,8 +792,8 @@ __global__ void __launch_bounds__(kThreads, kInner16MinBlocks)
 // instantiations spill 20-40 bytes under this floor and keep the kernel above.
 constexpr int kRecMinBlocks = 5;
 template <class A, class CK, class RD, int kK>
-__global__ void __launch_bounds__(kThreads, kRecMinBlocks) gdn_replay_rec_kernel(GdnReplayLaunch l, int vtiles) {
-  replay_step<A, CK, RD, false, kK, false, false>(l, vtiles);
+__global__ void __launch_bounds__(kThreads, kRecMinBlocks) gdn_replay_rec_kernel(GdnReplayLaunch l, int vtiles, int ring_l2) {
+  replay_step<A, CK, RD, false, kK, false, false>(l, vtiles, ring_l2);
 }
 
 // Small batches (the value dim split into tiles, at most a wave of CTAs: gdn_v_tiles): the prologue that issues every
@@ -800,8 +801,8 @@ __global__ void __launch_bounds__(kThreads, kRecMinBlocks) gdn_replay_rec_kernel
 // the kernels above). Its registers hold the first chunk and the ring entries through the prologue; at most a wave of
 // CTAs runs, so 4 per SM (128 registers) is no limit.
 template <class A, class CK, class RD, bool kInner>
-__global__ void __launch_bounds__(kThreads, 4) gdn_replay_small_kernel(GdnReplayLaunch l, int vtiles) {
-  replay_step<A, CK, RD, kInner, kPresetK, false, false, true>(l, vtiles);
+__global__ void __launch_bounds__(kThreads, 4) gdn_replay_small_kernel(GdnReplayLaunch l, int vtiles, int ring_l2) {
+  replay_step<A, CK, RD, kInner, kPresetK, false, false, true>(l, vtiles, ring_l2);
 }
 
 template <class A, class CK, class RD>
@@ -816,7 +817,10 @@ void launch_replay(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
     bad_launch("gdn_replay_step", "needs " + std::to_string(bytes) + " bytes of shared memory (over 227 KiB): lower "
                "the interval, or a flush_arith other than 3xtf32 (three staged terms per entry)");
   const bool preset = l.step.dims.K == kPresetK;
-  void (*kernel)(GdnReplayLaunch, int) = nullptr;
+  // Split value dims at a small batch: the small-batch prologue. Split at serving batch (a forced v_tiles, or
+  // gdn_replay_v_tiles' choice there), the serving kernels, reading no ring entry ahead.
+  const bool small = vtiles > 1 && gdn_small_batch(l.step.dims, l.step.batch);
+  void (*kernel)(GdnReplayLaunch, int, int) = nullptr;
   if (!inner) {
     if constexpr (sizeof(CK) == 4 && std::is_void<RD>::value)
       kernel = preset ? gdn_replay_rec_kernel<A, CK, RD, kPresetK> : gdn_replay_rec_kernel<A, CK, RD, 0>;
@@ -836,7 +840,7 @@ void launch_replay(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
       kernel = gdn_replay_inner16_kernel<A, CK, RD, 0>;
   }
   if constexpr (std::is_same<A, __nv_bfloat16>::value) {
-    if (vtiles > 1 && preset && (l.mma_fold || !inner))
+    if (small && preset && (l.mma_fold || !inner))
       kernel = inner ? gdn_replay_small_kernel<A, CK, RD, true> : gdn_replay_small_kernel<A, CK, RD, false>;
   }
   // A flush arithmetic other than fp32 (inner route), and stochastic rounding where a 16-bit copy is stored (an fp32
@@ -853,7 +857,7 @@ void launch_replay(const GdnReplayLaunch& l, int vtiles, cudaStream_t stream) {
   if (bytes > 48 * 1024) {  // above the default dynamic limit; a cheap attribute set, no synchronisation
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   }
-  kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(l, vtiles);
+  kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(l, vtiles, small ? l.interval - 1 : 0);
   CUDA_CHECK_LAUNCH(stream);
 }
 
