@@ -204,21 +204,27 @@ bool gdn_small_batch(const GdnDims& dims, int batch) {
   return 2LL * batch * dims.HV <= 4LL * sm_count();
 }
 
+namespace {
+// The floor of every split: a tile keeps at least one pass of rows and 8 KiB of state.
+bool tile_fits(const GdnDims& dims, Format state_format, int tiles) {
+  const long long head_bytes = static_cast<long long>(dims.V) * dims.K * format_bytes(state_format);
+  return head_bytes / tiles >= 8192 && (dims.V + tiles - 1) / tiles >= gdn_rows_per_pass(dims, state_format);
+}
+}  // namespace
+
 int gdn_v_tiles(const GdnDims& dims, int batch, Format state_format) {
   // Small batches are latency chains per CTA (slot, state; replay: cursor, ring, prologue), so the fastest split is
   // the fewest CTAs that still spread the state over the SMs: halve the tiles' rows while the grid stays within 4 CTAs
   // per SM and a tile keeps >= 8 KiB of state. On the H200 (Qwen3.5-4B, benchmarks/experiments/gdn_v_tiles.h200.json)
   // that is 8 tiles at batch 1 and 2 at batch 8 for fp32 (eager 8.1 -> 5.2 us and 16.1 -> 13.3; inner replay K16
   // 17.6 -> 8.4 and 24.9 -> 14.5); the rule it replaced (>= 2048 CTAs) chose 32 and 8, and a second wave of CTAs
-  // doubles the chain. Never below one pass of rows.
-  const int rows_per_pass = gdn_rows_per_pass(dims, state_format);
-  const long long head_bytes = static_cast<long long>(dims.V) * dims.K * format_bytes(state_format);
+  // doubles the chain. Never below one pass of rows. Serving batches keep whole heads here: a replay CTA's ring
+  // prologue does not shrink with its tile, and two tiles cost replay 20-45% at batch 64 and 256
+  // (benchmarks/experiments/gdn_replay_vt.*.h200.json).
   const long long ctas = static_cast<long long>(batch) * dims.HV, slots = 4LL * sm_count();
   int tiles = 1;
   if (!gdn_small_batch(dims, batch)) return tiles;
-  while (ctas * 2 * tiles <= slots && head_bytes / (2 * tiles) >= 8192 &&
-         (dims.V + 2 * tiles - 1) / (2 * tiles) >= rows_per_pass)
-    tiles *= 2;
+  while (ctas * 2 * tiles <= slots && tile_fits(dims, state_format, 2 * tiles)) tiles *= 2;
   return tiles;
 }
 
@@ -230,9 +236,7 @@ int gdn_eager_v_tiles(const GdnDims& dims, int batch, Format state_format) {
   // benchmarks/experiments/gdn_eager_vt.{1,2}.h200.json): batch 256 281.6 -> 278.4 us (89.2% -> 90.3% of copy),
   // batch 64 79.1 -> 75.1; 4 tiles 288.2 / 76.1, 8 tiles 374 / 97. 16-bit states lose (bf16, batch 256: 150.1 ->
   // 156.2; their CTAs are half as long and share the key head's prologue over HV / HK heads), so they keep one.
-  if (tiles == 1 && state_format == Format::FP32 && (dims.V + 1) / 2 >= gdn_rows_per_pass(dims, state_format) &&
-      static_cast<long long>(dims.V) * dims.K * 4 / 2 >= 8192)
-    return 2;
+  if (tiles == 1 && state_format == Format::FP32 && tile_fits(dims, state_format, 2)) return 2;
   return tiles;
 }
 

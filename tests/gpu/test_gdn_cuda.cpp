@@ -576,6 +576,10 @@ TEST_CASE("gdn cuda eager: v_tiles at serving batch", "[gpu][gdn][eager]") {
     CHECK(gdn_v_tiles(d, batch, Format::FP32) == 1);  // what the replay and verify launchers keep
   }
   for (int batch : {1, 5, 8}) CHECK(gdn_eager_v_tiles(d, batch, Format::FP32) == gdn_v_tiles(d, batch, Format::FP32));
+  // The replay launcher's small-batch prologue goes with split value dims only at a small batch (on 132 SMs up to 8
+  // rows of 32 value heads), never at serving batch, whatever v_tiles is forced.
+  for (int batch : {1, 5}) CHECK(gdn_small_batch(d, batch));
+  for (int batch : {64, 256}) CHECK_FALSE(gdn_small_batch(d, batch));
 }
 
 TEST_CASE("gdn cuda replay: L2 prefetch distance, both routes, shared and dual", "[gpu][gdn][replay]") {
