@@ -666,7 +666,6 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
       __syncthreads();
     }
   }
-
 }
 
 template <class A, class CK, class RD, bool kSmall>
