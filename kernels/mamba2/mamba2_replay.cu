@@ -28,7 +28,9 @@
 // Ring cursor, on the device: d_fill[slot] is read (acquire) by one thread of every CTA of the row, which then
 // counts itself on d_arrive[slot]; the CTA that arrives last writes the advanced fill (0 after a flush) and re-zeroes
 // d_arrive. The acquire orders each CTA's read before its arrival, so the last arriver writes after every read; the
-// arrival's result is first looked at when the CTA ends, keeping the atomic's round trip off the prologue.
+// arrival's result is first looked at when the CTA ends, keeping the atomic's round trip off the prologue (the
+// grouped kernel looks at it after its prologue's barrier instead, where the atomic has returned and the fence has no
+// output store to wait on: 2.6-3.6% at batch 1; benchmarks/experiments/README.md, "The ring cursor's hand-off").
 // Chosen over a parity-indexed double buffer (the host would pass a parity per launch, which a replayed CUDA graph
 // cannot change, and a slot that sits out a step would read a stale copy) and over a second cursor kernel (one
 // more launch per step, which is what batch 1 pays for). The cost is one L2 atomic per CTA.
