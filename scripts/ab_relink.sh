@@ -13,6 +13,9 @@
 #     BENCH        benchmark targets of experiments/ (bench_mamba2_cuda, bench_gdn_cuda, bench_spec_cuda)
 #     -b BUILD_DIR default build;  -n NAME suffix of the outputs (default: REV, or the patch's name);
 #     -t           relink tests/gpu/replayssm_gpu_tests too
+#     -p           relink nothing: compile the variant and the working copy with ptxas -v and list every kernel whose
+#                  registers or spill bytes differ, the variant's counts first (the "ptxas:" counts of
+#                  benchmarks/experiments/README.md); no BENCH
 #   Outputs: dist/bin/BENCH_NAME (and dist/bin/replayssm_gpu_tests_NAME); run scripts/make_dist.sh before this, since
 #   it empties dist/bin, and scripts/dist_pack.sh after it (the relinks travel as small patches; dist/unpack.sh
 #   restores them on the device). Then on the H200, alternate the binaries in one call, e.g.
@@ -20,18 +23,19 @@
 #       --benchmark_out=$OUT/$v.$i.json --benchmark_out_format=json; done; done
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=build name="" tests=0 base=""
-while getopts "b:n:r:t" o; do
+build=build name="" tests=0 base="" ptx=0
+while getopts "b:n:r:tp" o; do
   case "$o" in
     b) build=$OPTARG ;;
     r) base=$OPTARG ;;
     n) name=$OPTARG ;;
     t) tests=1 ;;
+    p) ptx=1 ;;
     *) exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 3 ] || { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge $((3 - ptx)) ] || { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 file=$1 src=$2
 shift 2
 die() { echo "ab_relink: $*" >&2; exit 1; }
@@ -68,6 +72,40 @@ flags() { sed -n "s/^$1 = //p" "$tdir/flags.make"; }
 echo "ab_relink: compiling $file ($src) as $target's $(basename "$obj")"
 cmd="nvcc $(flags CUDA_DEFINES) $(flags CUDA_INCLUDES) $(flags CUDA_FLAGS)"
 src_abs=$(realpath "$variant")
+if [ "$ptx" = 1 ]; then
+  # Both compiles at once (two cores), each one's ptxas report kept; then the kernels that differ, demangled.
+  work_abs=$(realpath "$file")
+  (set -f && cd "$build/kernels" && eval "$cmd" -Xptxas -v -c "'$src_abs'" -o "'$tmp/variant.o'" >"$tmp/variant.txt" 2>&1) &
+  (set -f && cd "$build/kernels" && eval "$cmd" -Xptxas -v -c "'$work_abs'" -o "'$tmp/work.o'" >"$tmp/work.txt" 2>&1) ||
+    die "nvcc failed on the working copy of $file"
+  wait $! || die "nvcc failed on $file at $src"
+  python3 - "$tmp/variant.txt" "$tmp/work.txt" "$name" <<'PY'
+import re, subprocess, sys
+def report(path):
+    out, fn = {}, None
+    for line in open(path):
+        m = re.search(r"Compiling entry function '([^']+)'", line)
+        if m:
+            fn = m.group(1)
+            continue
+        m = re.search(r"(\d+) bytes spill stores", line)
+        if m and fn:
+            out.setdefault(fn, {})["spill"] = int(m.group(1))
+        m = re.search(r"Used (\d+) registers", line)
+        if m and fn:
+            out.setdefault(fn, {})["regs"] = int(m.group(1))
+    return out
+old, new = report(sys.argv[1]), report(sys.argv[2])
+changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+names = subprocess.run(["c++filt"], input="\n".join(changed), capture_output=True, text=True).stdout.split("\n")
+print(f"{'registers':>12} {'spill bytes':>14}  kernel ({sys.argv[3]} -> working copy)")
+for k, name in zip(changed, names):
+    o, n = old.get(k, {}), new.get(k, {})
+    print(f"{o.get('regs', '-'):>5} -> {n.get('regs', '-'):<4} {o.get('spill', '-'):>5} -> {n.get('spill', '-'):<6} {name}")
+print(f"{len(changed)} of {len(set(old) | set(new))} kernels differ")
+PY
+  exit 0
+fi
 (set -f && cd "$build/kernels" && eval "$cmd" -c "'$src_abs'" -o "'$tmp/$(basename "$obj")'") ||
   die "nvcc failed on $file at $src"
 cp "$lib" "$tmp/lib.a"
