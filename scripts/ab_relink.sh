@@ -6,36 +6,41 @@
 # made this way. Needs a configured CUDA build (Unix Makefiles generator) that has been built.
 #
 #   scripts/ab_relink.sh [-b BUILD_DIR] [-n NAME] [-r BASE] [-t] KERNEL_FILE REV|PATCH BENCH...
+#   scripts/ab_relink.sh [-p | -s REGEX] [-r BASE] KERNEL_FILE REV|PATCH
 #     KERNEL_FILE  e.g. kernels/mamba2/mamba2_replay_grouped.cu
 #     REV          a git revision: the file as committed there (e.g. 22a978c)
 #     PATCH        a patch file (e.g. benchmarks/experiments/mamba2_flush_weights.b1.patch.txt), applied to
-#                  KERNEL_FILE as it is at git revision BASE (-r; the working copy without it)
+#                  KERNEL_FILE as it is at git revision BASE (-r; the working copy without it); one that changes
+#                  headers under kernels/ or lib/ too is applied to a copy of both, and KERNEL_FILE compiled there
 #     BENCH        benchmark targets of experiments/ (bench_mamba2_cuda, bench_gdn_cuda, bench_spec_cuda)
 #     -b BUILD_DIR default build;  -n NAME suffix of the outputs (default: REV, or the patch's name);
 #     -t           relink tests/gpu/replayssm_gpu_tests too
 #     -p           relink nothing: compile the variant and the working copy with ptxas -v and list every kernel whose
 #                  registers or spill bytes differ, the variant's counts first (the "ptxas:" counts of
 #                  benchmarks/experiments/README.md); no BENCH
+#     -s REGEX     as -p, then the static SASS of the kernels whose demangled names match REGEX, variant against
+#                  working copy: instruction counts by class and the loops that changed (scripts/sass_loops.py
+#                  --compare; needs cuobjdump and nvdisasm, which it names where to get)
 #   Outputs: dist/bin/BENCH_NAME (and dist/bin/replayssm_gpu_tests_NAME); run scripts/make_dist.sh before this, since
 #   it empties dist/bin, and scripts/dist_pack.sh after it (the relinks travel as small patches; dist/unpack.sh
-#   restores them on the device). Then on the H200, alternate the binaries in one call, e.g.
-#     for i in 1 2; do for v in bench_mamba2_cuda bench_mamba2_cuda_22a978c; do dist/bin/$v --benchmark_filter=... \
-#       --benchmark_out=$OUT/$v.$i.json --benchmark_out_format=json; done; done
+#   restores them on the device). Then on the H200, alternate the binaries in one call (scripts/gpu_ab.sh), e.g.
+#     scripts/gpu_ab.sh -r 3 -f 'batch:256/' bench_mamba2_cuda bench_mamba2_cuda_22a978c
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=build name="" tests=0 base="" ptx=0
-while getopts "b:n:r:tp" o; do
+build=build name="" tests=0 base="" ptx=0 sass=""
+while getopts "b:n:r:tps:" o; do
   case "$o" in
     b) build=$OPTARG ;;
     r) base=$OPTARG ;;
     n) name=$OPTARG ;;
     t) tests=1 ;;
     p) ptx=1 ;;
+    s) ptx=1 sass=$OPTARG ;;
     *) exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
-[ $# -ge $((3 - ptx)) ] || { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge $((3 - ptx)) ] || { sed -n '2,/^set -e/{/^set -e/d;p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 file=$1 src=$2
 shift 2
 die() { echo "ab_relink: $*" >&2; exit 1; }
@@ -50,6 +55,7 @@ lib="$build/kernels/lib$target.a"
 [ -f "$lib" ] || die "$lib not found (build $build first)"
 
 tmp=$(mktemp -d)
+vinc=""  # include folders searched first for the variant (a patch of headers: the patched copy)
 variant="$(dirname "$file")/.ab_$$_$(basename "$file")"  # beside the original: its relative includes resolve
 trap 'rm -rf "$tmp" "$variant"' EXIT
 if [ -f "$src" ]; then
@@ -59,8 +65,25 @@ if [ -f "$src" ]; then
   else
     cp "$file" "$variant"
   fi
-  patch -s --no-backup-if-mismatch -r - "$variant" <"$src" || die "$src does not apply to $file${base:+ at $base}"
-  [ -n "$name" ] || name=$(basename "$src" | sed -E 's/\.patch(\.txt)?$//')
+  touched=$(sed -n 's#^+++ b/##p' "$src" | cut -f1)
+  if [ -n "$touched" ] && [ "$touched" != "$file" ]; then
+    # The patch changes headers (kernels/ or lib/) too: both trees are copied and patched, and the variant is compiled
+    # from the copy with the copy's include folders first, so every header it includes is the patched one. Only
+    # KERNEL_FILE's object is swapped: other objects of the library keep the unpatched headers.
+    for t in $touched; do
+      case "$t" in kernels/*|lib/*) ;; *) die "$src changes $t: a patch of several files may change kernels/ and lib/ only" ;; esac
+    done
+    tree="$tmp/tree"
+    mkdir -p "$tree"
+    if [ -n "$base" ]; then git archive "$base" kernels lib | tar -x -C "$tree"; else cp -r kernels lib "$tree/"; fi
+    patch -s -p1 -d "$tree" --no-backup-if-mismatch -r - <"$src" || die "$src does not apply to kernels/ and lib/${base:+ at $base}"
+    [ -f "$tree/$file" ] || die "$file does not exist${base:+ at $base}"
+    rm -f "$variant"  # the copy beside the original is not used
+    variant="$tree/$file" vinc="-I$tree/kernels -I$tree/lib"
+  else
+    patch -s --no-backup-if-mismatch -r - "$variant" <"$src" || die "$src does not apply to $file${base:+ at $base}"
+  fi
+  [ -n "$name" ] || name=$(basename "$src" | sed -E 's/\.(patch(\.txt)?|diff)$//')
 else
   git rev-parse --verify -q "$src^{commit}" >/dev/null || die "$src: neither a file nor a git revision"
   git show "$src:$file" >"$variant" 2>/dev/null || die "$file does not exist at $src"
@@ -71,11 +94,12 @@ fi
 flags() { sed -n "s/^$1 = //p" "$tdir/flags.make"; }
 echo "ab_relink: compiling $file ($src) as $target's $(basename "$obj")"
 cmd="nvcc $(flags CUDA_DEFINES) $(flags CUDA_INCLUDES) $(flags CUDA_FLAGS)"
+vcmd="nvcc $(flags CUDA_DEFINES) $vinc $(flags CUDA_INCLUDES) $(flags CUDA_FLAGS)"
 src_abs=$(realpath "$variant")
 if [ "$ptx" = 1 ]; then
   # Both compiles at once (two cores), each one's ptxas report kept; then the kernels that differ, demangled.
   work_abs=$(realpath "$file")
-  (set -f && cd "$build/kernels" && eval "$cmd" -Xptxas -v -c "'$src_abs'" -o "'$tmp/variant.o'" >"$tmp/variant.txt" 2>&1) &
+  (set -f && cd "$build/kernels" && eval "$vcmd" -Xptxas -v -c "'$src_abs'" -o "'$tmp/variant.o'" >"$tmp/variant.txt" 2>&1) &
   (set -f && cd "$build/kernels" && eval "$cmd" -Xptxas -v -c "'$work_abs'" -o "'$tmp/work.o'" >"$tmp/work.txt" 2>&1) ||
     die "nvcc failed on the working copy of $file"
   wait $! || die "nvcc failed on $file at $src"
@@ -104,9 +128,14 @@ for k, name in zip(changed, names):
     print(f"{o.get('regs', '-'):>5} -> {n.get('regs', '-'):<4} {o.get('spill', '-'):>5} -> {n.get('spill', '-'):<6} {name}")
 print(f"{len(changed)} of {len(set(old) | set(new))} kernels differ")
 PY
+  if [ -n "$sass" ]; then
+    echo "static SASS ($name -> working copy), kernels matching '$sass':"
+    python3 scripts/sass_loops.py --compare --labels "$name,working copy" --kernel "$sass" "$tmp/variant.o" "$tmp/work.o" ||
+      exit 1
+  fi
   exit 0
 fi
-(set -f && cd "$build/kernels" && eval "$cmd" -c "'$src_abs'" -o "'$tmp/$(basename "$obj")'") ||
+(set -f && cd "$build/kernels" && eval "$vcmd" -c "'$src_abs'" -o "'$tmp/$(basename "$obj")'") ||
   die "nvcc failed on $file at $src"
 cp "$lib" "$tmp/lib.a"
 (cd "$tmp" && ar r lib.a "$(basename "$obj")")
