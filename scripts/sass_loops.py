@@ -6,16 +6,19 @@ the source lines it comes from (the build's line info). The issue-bound steps of
 their stream loops; this counts them without a GPU, so a variant can be compared with the working copy before a
 device call (scripts/ab_relink.sh -s runs it on both builds of a kernel file). Counts are static: a loop's body once,
 not times its trip count, and both sides of every branch in it (a rarely taken prefetch or a fast path beside the
-general one count in full); straight-line code outside loops is in the kernel's total only. So a count says where
-the instructions are and what a change added or removed, not how many issue: that stays the device's (ncu) to say.
+general one count in full); straight-line code outside loops is in the kernel's total only. (The shortest path
+round a loop is no better a guide: it takes the last trip's exits.) So the counts say where the instructions are
+and what a change added or removed, not how many issue: that stays the device's (ncu) to say, or a reading of the
+path by hand (`--dump`).
 
-    scripts/sass_loops.py [--kernel REGEX] [--min N] [--lines K] FILE [FILE ...]
+    scripts/sass_loops.py [--kernel REGEX] [--min N] [--lines K] [--dump] FILE [FILE ...]
     scripts/sass_loops.py --compare [--labels A,B] [--kernel REGEX] OLD NEW
       FILE      an object (build/kernels/CMakeFiles/*.dir/mamba2/mamba2_replay.cu.o), a static library, a program or
                 a cubin; several: one block each, in order
       --kernel  a regular expression on the demangled kernel name (default: every kernel)
       --min N   list loops of at least N instructions (default 8)
       --lines K the K source lines a loop has most instructions from (default 3)
+      --dump    every instruction of each loop listed, with its labels, source line and class
       --compare two builds of the same file: per kernel the instruction count old -> new and the change per class,
                 then each loop whose size changed (paired by the source line it has most instructions from)
 
@@ -61,8 +64,7 @@ LABEL = re.compile(r"^(\.L_x_\d+):")
 
 
 def classify(text: str) -> str:
-    body = re.sub(r"^@!?U?P[T0-9]+\s+", "", text)  # predicate guard
-    op = body.split()[0].split(".")[0] if body else ""
+    op = opcode(text)
     if op in CLASS_OF:
         return CLASS_OF[op]
     if op.startswith("U") or op == "R2UR" or op == "S2UR":
@@ -105,25 +107,25 @@ def demangle(names: list[str]) -> list[str]:
     return out[:len(names)]
 
 
-def parse(cubin: str) -> dict[str, list[tuple[int, str, str, tuple[str, int] | None, str | None]]]:
-    """kernel -> [(address, text, class, (file, line) or None, label at this address or None)]."""
+def parse(cubin: str) -> dict[str, list[tuple[int, str, str, tuple[str, int] | None, tuple[str, ...]]]]:
+    """kernel -> [(address, text, class, (file, line) or None, labels at this address (a tuple, often empty))]."""
     r = subprocess.run([find_tool("nvdisasm"), "-g", "-c", cubin], capture_output=True, text=True)
     if r.returncode != 0:
         sys.exit(f"sass_loops: nvdisasm failed on {cubin}: {r.stderr.strip()}")
     return parse_text(r.stdout)
 
 
-def parse_text(text: str) -> dict[str, list[tuple[int, str, str, tuple[str, int] | None, str | None]]]:
+def parse_text(text: str) -> dict[str, list[tuple[int, str, str, tuple[str, int] | None, tuple[str, ...]]]]:
     """parse() on nvdisasm -g -c's text."""
     kernels: dict[str, list] = {}
     cur = None
     src = None
-    label = None
+    labels: list[str] = []
     for line in text.splitlines():
         if line.startswith("//----") and ".text." in line:
             cur = line.split(".text.", 1)[1].split()[0]
             kernels[cur] = []
-            src = label = None
+            src, labels = None, []
             continue
         if cur is None:
             continue
@@ -133,21 +135,30 @@ def parse_text(text: str) -> dict[str, list[tuple[int, str, str, tuple[str, int]
             continue
         m = LABEL.match(line.strip())
         if m:
-            label = m.group(1)
+            labels.append(m.group(1))
             continue
         m = INSN.match(line)
         if m:
             body = m.group(2)
             if body.split() and body.split()[0] == "NOP":
                 continue
-            kernels[cur].append((int(m.group(1), 16), body, classify(body), src, label))
-            label = None
+            kernels[cur].append((int(m.group(1), 16), body, classify(body), src, tuple(labels)))
+            labels = []
     return kernels
+
+
+def label_index(insns) -> dict[str, int]:
+    return {lab: i for i, (_, _, _, _, labs) in enumerate(insns) for lab in labs}
+
+
+def opcode(text: str) -> str:
+    body = re.sub(r"^@!?U?P[T0-9]+\s+", "", text)
+    return body.split()[0].split(".")[0] if body else ""
 
 
 def loops(insns):
     """Backward branches: (start index, end index inclusive) of the instructions each jumps back over."""
-    at_label = {lab: i for i, (_, _, _, _, lab) in enumerate(insns) if lab}
+    at_label = label_index(insns)
     out = []
     for i, (_, body, _, _, _) in enumerate(insns):
         m = BRANCH_TARGET.search(body)
@@ -187,17 +198,21 @@ def summarise_kernels(kernels: dict, pattern: re.Pattern, min_len: int, nlines: 
             top = ", ".join(f"{k} ({v})" for k, v in lines.most_common(nlines))
             key = lines.most_common(1)[0][0] if lines else f"{insns[a][0]:#x}"
             rows.append((key, len(body), f"loop {insns[a][0]:#06x}-{insns[b][0]:#06x}: {len(body)} instructions: "
-                                      f"{mix(collections.Counter(c for _, _, c, _, _ in body))}; lines {top}"))
+                                      f"{mix(collections.Counter(c for _, _, c, _, _ in body))}; lines {top}", body))
         out[name] = {"total": collections.Counter(c for _, _, c, _, _ in insns), "count": len(insns), "loops": rows}
     return out
 
 
-def report(path: str, pattern: re.Pattern, min_len: int, nlines: int) -> int:
+def report(path: str, pattern: re.Pattern, min_len: int, nlines: int, dump: bool = False) -> int:
     found = summarise(path, pattern, min_len, nlines)
     for name, k in found.items():
         print(f"{name}\n  {k['count']} instructions: {mix(k['total'])}")
-        for _, _, text in k["loops"]:
+        for _, _, text, body in k["loops"]:
             print(f"  {text}")
+            if dump:
+                for addr, insn, cls, src, labs in body:
+                    where = f"{src[0]}:{src[1]}" if src else "-"
+                    print(f"    {addr:#07x} {' '.join(labs):<12} {where:<28} {cls:<9} {insn}")
     return len(found)
 
 
@@ -257,6 +272,8 @@ def main() -> int:
     ap.add_argument("--lines", type=int, default=3, help="source lines shown per loop")
     ap.add_argument("--compare", action="store_true",
                     help="two files, old first: per kernel the change in instructions, and the loops that changed")
+    ap.add_argument("--dump", action="store_true", help="print every instruction of each loop listed (address, "
+                                                         "labels, source line, class), to read a path by hand")
     ap.add_argument("--labels", default="", help="with --compare: the two builds' names, comma-separated "
                                                  "(default: the file paths)")
     args = ap.parse_args()
@@ -284,7 +301,7 @@ def main() -> int:
     for f in args.files:
         if len(args.files) > 1:
             print(f"== {f}")
-        if report(f, pattern, args.min, args.lines) == 0:
+        if report(f, pattern, args.min, args.lines, args.dump) == 0:
             print(f"sass_loops: {f}: no kernel matches --kernel '{args.kernel}'", file=sys.stderr)
             return 1
     return 0

@@ -90,3 +90,44 @@ def test_compare_pairs_loops_and_names_the_builds():
     assert len(lines) == 4
     # An unchanged build: only the kernel's line and its total.
     assert sass.compare_summaries(old, old, ("a", "b"))[1] == "  12 -> 12 instructions (no class changed)"
+
+
+FAST_PATH = """
+//--------------------- .text._Z3barv --------------------------
+_Z3barv:
+	//## File "/src/k.cu", line 5
+        /*0000*/                   S2R R0, SR_TID.X ;
+.L_x_1:
+.L_x_9:
+        /*0010*/                   IADD3 R0, R0, 0x1, RZ ;
+        /*0020*/               @P0 BRA `(.L_x_2) ;
+        /*0030*/                   CS2R R4, SRZ ;
+        /*0040*/                   CS2R R6, SRZ ;
+        /*0050*/               @P1 LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0060*/                   BRA `(.L_x_3) ;
+.L_x_2:
+        /*0070*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+.L_x_3:
+        /*0080*/                   FFMA R8, R4, R5, R8 ;
+        /*0090*/               @P2 BRA `(.L_x_9) ;
+        /*00a0*/                   EXIT ;
+"""
+
+
+def test_two_labels_on_one_instruction_both_resolve():
+    insns = sass.parse_text(FAST_PATH)["_Z3barv"]
+    assert insns[1][4] == (".L_x_1", ".L_x_9")
+    (a, b), = sass.loops(insns)  # the back branch names the second of the two labels
+    assert (insns[a][0], insns[b][0]) == (0x10, 0x90)
+    assert b - a + 1 == 9
+
+
+def test_dump_lists_a_loops_instructions(capsys, monkeypatch):
+    import re
+    monkeypatch.setattr(sass, "summarise", lambda path, pattern, m, n:
+                        sass.summarise_kernels(sass.parse_text(FAST_PATH), pattern, m, n))
+    assert sass.report("x.o", re.compile(""), 1, 1, dump=True) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert out[2].startswith("  loop 0x0010-0x0090: 9 instructions")
+    assert out[3].split()[:3] == ["0x00010", ".L_x_1", ".L_x_9"]
+    assert len(out) == 3 + 9
