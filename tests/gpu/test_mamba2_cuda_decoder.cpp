@@ -133,11 +133,11 @@ TEST_CASE("cuda decoder: what the kernels do not cover is a precise skip reason"
       {{{"act_format", "fp16"}}, "fp16 activations"},
       {{{"out_format", "fp16"}}, "fp16 outputs"},
       {{{"out_format", "fp64"}}, "fp64 outputs"},
-      {{{"decoder", "eager"}, {"state_format", "fp64"}}, "eager fp64 state"},
-      {{{"decoder", "replay"}, {"state_format", "e4m3"}}, "shared e4m3 checkpoint"},
-      {{{"decoder", "dual"}, {"state_format", "fp64"}, {"read_format", "fp32"}}, "dual update copy in fp64"},
-      {{{"decoder", "replay"}, {"buffer_format", "fp32"}}, "fp32 buffer"},
-      {{{"decoder", "replay"}, {"dot_arith", "tf32"}}, "dot_arith tf32"},
+      {{{"decoder", "eager"}, {"state_format", "fp64"}}, "eager Mamba-2 fp64 state"},
+      {{{"decoder", "replay"}, {"state_format", "e4m3"}}, "shared Mamba-2 e4m3 checkpoint"},
+      {{{"decoder", "dual"}, {"state_format", "fp64"}, {"read_format", "fp32"}}, "Mamba-2 dual update copy in fp64"},
+      {{{"decoder", "replay"}, {"buffer_format", "fp32"}}, "Mamba-2 fp32 buffer"},
+      {{{"decoder", "replay"}, {"dot_arith", "tf32"}}, "Mamba-2 dot_arith tf32"},
       {{{"decoder", "replay"}, {"interval", "65"}}, "at most 64 entries: interval 65"},
   };
   for (const auto& [p, reason] : missing) {
