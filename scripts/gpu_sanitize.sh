@@ -5,27 +5,31 @@
 # For the H200 machine (GPU.md): there is no Catch2 v2 there, so the test binary is built here and travels in the
 # dist/ bundle with its shared libraries (dist/lib is put on LD_LIBRARY_PATH when present).
 #
-#   scripts/gpu_sanitize.sh                         dist/bin/replayssm_tests, else build/tests/replayssm_tests
+#   scripts/gpu_sanitize.sh                         dist/bin/replayssm_gpu_tests, else build/tests/gpu/replayssm_gpu_tests
 #   scripts/gpu_sanitize.sh BINARY                  another Catch2 test binary
 #   scripts/gpu_sanitize.sh BINARY "[gpu][mamba2]"  a narrower test filter (default "[gpu]")
 #   SANITIZER_TOOLS="memcheck" scripts/gpu_sanitize.sh     fewer tools (default: all four)
 #   scripts/gpu_sanitize.sh --self-test             checks that this script fails on each tool's kind of bug
 #                                                   (builds three tiny faulty kernels with nvcc, sm_90)
 # Reports go to stdout and to sanitize-<tool>.log in $SANITIZE_LOG_DIR (default: the current folder).
-# A build with no GPU tests says so and exits 0. The tools slow kernels down 10-100x: keep GPU tests small (they
-# are correctness tests; benchmarks are not run here).
+# A binary with no test matching the filter is an error (exit 2), not a pass: a sanitizer run that checks nothing
+# must not read as clean (the CPU test binary, which this script ran by default until the GPU tests moved to their
+# own binary, has none). The tools slow kernels down 10-100x: keep GPU tests small (they are correctness tests;
+# benchmarks are not run here).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 tools=(${SANITIZER_TOOLS:-memcheck racecheck initcheck synccheck})
 log_dir="${SANITIZE_LOG_DIR:-$PWD}"
 mkdir -p "$log_dir"
-if ! command -v compute-sanitizer >/dev/null; then
-  for d in /usr/local/cuda/bin /usr/local/cuda/compute-sanitizer; do
-    if [ -x "$d/compute-sanitizer" ]; then PATH="$d:$PATH"; fi
-  done
-fi
-command -v compute-sanitizer >/dev/null || { echo "gpu_sanitize: compute-sanitizer not found (CUDA toolkit)"; exit 2; }
+need_sanitizer() {
+  if ! command -v compute-sanitizer >/dev/null; then
+    for d in /usr/local/cuda/bin /usr/local/cuda/compute-sanitizer; do
+      if [ -x "$d/compute-sanitizer" ]; then PATH="$d:$PATH"; fi
+    done
+  fi
+  command -v compute-sanitizer >/dev/null || { echo "gpu_sanitize: compute-sanitizer not found (CUDA toolkit)"; exit 2; }
+}
 if [ -d dist/lib ]; then export LD_LIBRARY_PATH="$PWD/dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
 
 tool_args() {  # extra arguments per tool
@@ -61,6 +65,7 @@ sanitize() {
 }
 
 if [ "${1:-}" = "--self-test" ]; then
+  need_sanitizer
   command -v nvcc >/dev/null || PATH="/usr/local/cuda/bin:$PATH"
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
@@ -114,21 +119,25 @@ fi
 
 bin="${1:-}"
 if [ -z "$bin" ]; then
-  for b in dist/bin/replayssm_tests build/tests/replayssm_tests; do
+  for b in dist/bin/replayssm_gpu_tests build/tests/gpu/replayssm_gpu_tests; do
     if [ -f "$b" ]; then bin="$b"; break; fi
   done
 fi
 # A copy that lost its mode bit on the way to the GPU machine still runs.
 if [ -n "$bin" ] && [ -f "$bin" ] && [ ! -x "$bin" ]; then chmod +x "$bin"; fi
-[ -n "$bin" ] && [ -x "$bin" ] || { echo "gpu_sanitize: no test binary (build it, or make the dist/ bundle)"; exit 2; }
+[ -n "$bin" ] && [ -x "$bin" ] || {
+  echo "gpu_sanitize: no GPU test binary (a CUDA build makes tests/gpu/replayssm_gpu_tests; or make the dist/ bundle)"
+  exit 2
+}
 filter="${2:-[gpu]}"
 
 # Catch2 v2 lists matching tests one per line (its exit code is the count, so it is not checked).
 n=$("$bin" --list-test-names-only "$filter" 2>/dev/null | grep -cv '^\s*$' || true)
 if [ "$n" -eq 0 ]; then
-  echo "gpu_sanitize: $bin has no tests matching $filter: nothing to check"
-  exit 0
+  echo "gpu_sanitize: $bin has no tests matching $filter: nothing would be checked"
+  exit 2
 fi
+need_sanitizer
 echo "gpu_sanitize: $n test(s) matching $filter in $bin, tools: ${tools[*]}"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || true
 

@@ -11,7 +11,8 @@ bin="$build/experiments/replayssm"
 rm -rf dist/bin dist/lib
 mkdir -p dist/bin dist/lib
 cp -L "$bin" dist/bin/
-# The test binary too, when it was built: scripts/gpu_sanitize.sh runs its [gpu] tests there.
+# The CPU test binary too, when it was built (scripts/gpu_sanitize.sh takes it as an argument; its default is the
+# GPU test binary below).
 tests="$build/tests/replayssm_tests"
 if [ -x "$tests" ]; then cp -L "$tests" dist/bin/; fi
 # CUDA builds: the GPU tests and the kernel benchmarks (scripts/gpu_run.sh runs them on the H200).
