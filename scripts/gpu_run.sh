@@ -73,6 +73,16 @@ if [ -z "${GPU_RUN_SKIP_BENCH:-}" ]; then
   fi
 fi
 
+# ncu_check RC WHAT CSV ERR: a requested profile that failed, or that matched no kernel (a -k regex that names no
+# kernel the case launches leaves the CSV without metrics, exit 0), fails the run.
+ncu_check() {
+  if [ "$1" -ne 0 ]; then
+    status=1
+  elif grep -q "No kernels were profiled" "$3" "$4" || ! grep -q "dram__bytes_read" "$3"; then
+    note "ncu $2: no kernel profiled"; status=1
+  fi
+}
+
 if [ -n "${GPU_RUN_NCU:-}" ]; then
   if command -v ncu >/dev/null && [ -x "$bench" ]; then
     # One benchmark case each at batch 256 (K=16) under --once; ncu profiles the first 3 step kernels it sees. Two
@@ -91,10 +101,10 @@ if [ -n "${GPU_RUN_NCU:-}" ]; then
       rc=$?
       note "ncu $what: exit $rc (ncu_$tag.csv)"
       grep -E "dram__bytes|gpu__time" "$OUT/ncu_$tag.csv" | head -6 >>"$summary"
-      grep -q "No kernels were profiled" "$OUT/ncu_$tag.err" "$OUT/ncu_$tag.csv" && note "ncu $what: no kernel profiled"
+      ncu_check "$rc" "$what" "$OUT/ncu_$tag.csv" "$OUT/ncu_$tag.err"
     done
   else
-    note "ncu: not found (or no benchmark binary): skipped"
+    note "ncu: not found (or no benchmark binary): the requested DRAM bytes were not measured"; status=1
   fi
 fi
 
@@ -106,10 +116,13 @@ if [ -n "${GPU_RUN_NCU_ISSUE:-}" ]; then
     ncu --section SpeedOfLight --section SchedulerStats --section WarpStateStats --section InstructionStats \
       --section SourceCounters -k regex:mamba2_replay_kernel --launch-count 1 \
       "$bench" --once --benchmark_filter="replay/fp32/K16/nonflush/batch:256/" >"$OUT/ncu_issue_replay.txt" 2>&1
-    note "ncu issue profile: exit $? (ncu_issue_replay.txt)"
+    rc=$?
+    note "ncu issue profile: exit $rc (ncu_issue_replay.txt)"
     grep -E "Issued Warp Per Scheduler|Compute \(SM\) Throughput|DRAM Throughput" "$OUT/ncu_issue_replay.txt" >>"$summary"
+    [ $rc -eq 0 ] || status=1
+    if grep -q "No kernels were profiled" "$OUT/ncu_issue_replay.txt"; then note "ncu issue profile: no kernel profiled"; status=1; fi
   else
-    note "ncu issue profile: ncu not found (or no benchmark binary): skipped"
+    note "ncu issue profile: ncu not found (or no benchmark binary): not profiled"; status=1
   fi
 fi
 
@@ -179,16 +192,19 @@ if [ -z "${GPU_RUN_SKIP_GDN:-}" ] && [ -n "${GPU_RUN_NCU:-}" ]; then
                 "replay/inner/fp32/K16/flush/batch:256/" "replay/reconstruct/fp32/K16/nonflush/batch:256/" \
                 "dual/inner/fp32\\+bf16/K16/nonflush/batch:256/" "dual/inner/fp32\\+bf16/K16/flush/batch:256/"; do
       tag=gdn_$(echo "$what" | tr -c 'A-Za-z0-9\n' '_')
-      case "$what" in eager*) kern=gdn_eager_kernel ;; *) kern=gdn_replay_kernel ;; esac
+      # "gdn_replay": every replay kernel (gdn_replay_kernel, _inner32_, _inner16_, _rec_, _small_), since the launcher
+      # picks one by route, formats and batch.
+      case "$what" in eager*) kern=gdn_eager_kernel ;; *) kern=gdn_replay ;; esac
       ncu --clock-control none --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
         -k "regex:$kern" --launch-count 3 --csv "$gdn_bench" --once --benchmark_filter="$what" \
         >"$OUT/ncu_$tag.csv" 2>"$OUT/ncu_$tag.err"
       rc=$?
       note "ncu gdn $what: exit $rc (ncu_$tag.csv; compare with the case's 'bytes' counter in bench_gdn_cuda.json)"
       grep -E "dram__bytes|gpu__time" "$OUT/ncu_$tag.csv" | head -6 >>"$summary"
+      ncu_check "$rc" "gdn $what" "$OUT/ncu_$tag.csv" "$OUT/ncu_$tag.err"
     done
   else
-    note "ncu (gdn): not found (or no benchmark binary): skipped"
+    note "ncu (gdn): not found (or no benchmark binary): the requested DRAM bytes were not measured"; status=1
   fi
 fi
 
@@ -223,7 +239,8 @@ if [ -z "${GPU_RUN_SKIP_SPEC:-}" ] && [ -n "${GPU_RUN_NCU:-}" ]; then
     # verify launches lands on a flushing window. The standard replay and commit kernels are not profiled here
     # (GPU_RUN_NCU above does the standard steps).
     for fam in mamba2 gdn; do
-      for kind in "verify:${fam}_verify_kernel:0" "verify_flush:${fam}_verify_kernel:10" \
+      # "${fam}_verify": the per-head and the grouped verify kernels (mamba2_verify_grouped_kernel at serving batch).
+      for kind in "verify:${fam}_verify:0" "verify_flush:${fam}_verify:10" \
                   "eager_verify:${fam}_eager_verify_kernel:0"; do
         IFS=: read -r tag kern skip <<<"$kind"
         ncu --clock-control none --metrics dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum \
@@ -233,10 +250,11 @@ if [ -z "${GPU_RUN_SKIP_SPEC:-}" ] && [ -n "${GPU_RUN_NCU:-}" ]; then
         rc=$?
         note "ncu spec $fam $tag: exit $rc (ncu_spec_${fam}_$tag.csv; compare with bytes_$tag of $fam/T:4/batch:256)"
         grep -E "dram__bytes|gpu__time" "$OUT/ncu_spec_${fam}_$tag.csv" | head -6 >>"$summary"
+        ncu_check "$rc" "spec $fam $tag" "$OUT/ncu_spec_${fam}_$tag.csv" "$OUT/ncu_spec_${fam}_$tag.err"
       done
     done
   else
-    note "ncu (spec): not found (or no benchmark binary): skipped"
+    note "ncu (spec): not found (or no benchmark binary): the requested DRAM bytes were not measured"; status=1
   fi
 fi
 
