@@ -14,7 +14,8 @@
 # the rounds it finished: ab/BIN.ROUND.json (Google Benchmark JSON), ab/BIN.ROUND.log (its stderr) and ab/summary.txt
 # (GPU, driver, commit, each run's exit code and seconds); the summary is printed too. One archive, because a call
 # returns only a few files. Here: `tar xzf ab.tar.gz`, then the printed `scripts/bench_table.py --ab ...` lines
-# compare the builds (the first binary of a group is the baseline). Exit 1 when a run failed, 2 on bad arguments.
+# compare the builds (the first binary of a group is the baseline). Exit 1 when a run failed or matched no case, 2 on
+# bad arguments.
 set -uo pipefail
 caller=$PWD  # a BIN given as a relative path is the caller's
 cd "$(dirname "$0")/.."
@@ -84,6 +85,11 @@ for ((r = 1; r <= rounds; r++)); do
       rc=$?
       note "round $r $name: exit $rc in $((SECONDS - t0)) s"
       [ $rc -eq 0 ] || status=1
+      # A filter that matches no case leaves a run with no rows (or no file), which would compare as nothing.
+      if ! grep -q '"name"' "$work/ab/$name.$r.json" 2>/dev/null; then
+        note "round $r $name: no case matched -f '${filters[$g]}'"
+        status=1
+      fi
     done
   done
   done_rounds=$r

@@ -10,6 +10,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu_out}"
 mkdir -p "$OUT"
+if [ -f dist/pack.tar.xz ] && [ ! -d dist/bin ]; then dist/unpack.sh || exit 1; fi  # scripts/dist_pack.sh's bundle
 if [ -d dist/lib ]; then export LD_LIBRARY_PATH="$PWD/dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
 status=0
 run() {  # bench preset filter
@@ -19,6 +20,7 @@ run() {  # bench preset filter
   local rc=$?
   echo "$2: exit $rc in $((SECONDS - start)) s ($OUT/interval_sweep_$2.json)"
   [ $rc -eq 0 ] || status=1
+  if ! grep -q '"name"' "$OUT/interval_sweep_$2.json" 2>/dev/null; then echo "$2: no case matched"; status=1; fi
 }
 for p in nemotron3-nano-4b nemotron3-super-120b nemotron3-ultra-550b nemotron3-nano-30b granite4-h-small; do
   run bench_mamba2_cuda "$p" '^(ceiling|eager/fp32/batch:256/|(replay|dual)(_g)?/[^/]*/K[0-9]+/amortised/batch:256/)'

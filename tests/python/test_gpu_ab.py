@@ -89,6 +89,16 @@ def test_a_failing_run_fails_the_call_but_every_round_runs(tmp_path):
     assert "round 2 bench_b: exit 3" in got["ab/summary.txt"] and "round 2 bench_a: exit 0" in got["ab/summary.txt"]
 
 
+def test_a_filter_matching_nothing_fails_the_call(tmp_path):
+    empty = tmp_path / "bench_empty"
+    empty.write_text("#!/usr/bin/env bash\nfor a; do case $a in --benchmark_out=*) "
+                     "echo '{\"context\": {}, \"benchmarks\": []}' > ${a#*=};; esac; done\n")
+    empty.chmod(0o755)
+    r, out = run(tmp_path, "-r", "1", "-f", "^nothing/", str(empty))
+    assert r.returncode == 1
+    assert "round 1 bench_empty: no case matched -f '^nothing/'" in members(out)["ab/summary.txt"]
+
+
 def test_the_budget_stops_later_rounds(tmp_path):
     a = fake(tmp_path, "bench_slow", sleep=2)
     r, out = run(tmp_path, "-r", "5", "-b", "3", "-f", ".", a)
