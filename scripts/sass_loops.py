@@ -6,10 +6,9 @@ the source lines it comes from (the build's line info). The issue-bound steps of
 their stream loops; this counts them without a GPU, so a variant can be compared with the working copy before a
 device call (scripts/ab_relink.sh -s runs it on both builds of a kernel file). Counts are static: a loop's body once,
 not times its trip count, and both sides of every branch in it (a rarely taken prefetch or a fast path beside the
-general one count in full); straight-line code outside loops is in the kernel's total only. (The shortest path
-round a loop is no better a guide: it takes the last trip's exits.) So the counts say where the instructions are
-and what a change added or removed, not how many issue: that stays the device's (ncu) to say, or a reading of the
-path by hand (`--dump`).
+general one count in full); straight-line code outside loops is in the kernel's total only. So the counts say where
+the instructions are and what a change added or removed, not how many issue: that stays the device's (ncu) to say,
+or a reading of the path a trip takes by hand (`--dump`).
 
     scripts/sass_loops.py [--kernel REGEX] [--min N] [--lines K] [--dump] FILE [FILE ...]
     scripts/sass_loops.py --compare [--labels A,B] [--kernel REGEX] OLD NEW
@@ -20,7 +19,8 @@ path by hand (`--dump`).
       --lines K the K source lines a loop has most instructions from (default 3)
       --dump    every instruction of each loop listed, with its labels, source line and class
       --compare two builds of the same file: per kernel the instruction count old -> new and the change per class,
-                then each loop whose size changed (paired by the source line it has most instructions from)
+                then each loop whose size changed (paired in order of address when both builds have as many loops,
+                else by the source line each has most instructions from); --labels names the two builds
 
 Needs cuobjdump and nvdisasm: $CUOBJDUMP / $NVDISASM, then PATH, /usr/local/cuda/bin, then the PyPI wheels
 nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm (python3 -m pip install nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm;
