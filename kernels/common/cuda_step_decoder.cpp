@@ -10,11 +10,6 @@
 
 namespace rssm {
 
-namespace {
-bool plain16(Format f) { return f == Format::BF16 || f == Format::FP16; }
-bool kernel_state_format(Format f) { return f == Format::FP32 || plain16(f); }
-}  // namespace
-
 std::string step_cuda_unsupported(const Scheme& s, const StepKernelLimits& k) {
   if (s.speculative()) return "a speculative scheme (common/spec_decoder.h runs those)";
   if (s.act_format != Format::BF16 && s.act_format != Format::FP32)

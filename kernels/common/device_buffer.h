@@ -49,6 +49,11 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+// The state formats the kernels store plainly (no block scales): what every decoder's "no CUDA kernel for ..." check
+// asks first.
+inline bool plain16(Format f) { return f == Format::BF16 || f == Format::FP16; }
+inline bool kernel_state_format(Format f) { return f == Format::FP32 || plain16(f); }
+
 // n stored elements (fp32, bf16 or fp16 codes; raw: n · format_bytes(f) bytes) as double: exact, every value of those
 // formats is a double.
 inline void dequantise_codes(Format f, const uint8_t* raw, size_t n, double* out) {

@@ -28,9 +28,6 @@ namespace rssm {
 
 namespace {
 
-bool plain16(Format f) { return f == Format::BF16 || f == Format::FP16; }
-bool kernel_format(Format f) { return f == Format::FP32 || plain16(f); }
-
 class SpecCudaDecoder final : public Decoder {
  public:
   SpecCudaDecoder(const Scheme& s, Family family, uint64_t seed) : s_(s), family_(family), seed_(seed) {}
@@ -358,7 +355,7 @@ std::string spec_cuda_unsupported(const Scheme& s, Family family) {
   if (s.window > kMaxSpecWindow)
     return fmt::format("the CUDA verify kernels take windows of at most {} positions (got {})", kMaxSpecWindow, s.window);
   if (!s.replays()) {
-    if (!kernel_format(s.state_format))
+    if (!kernel_state_format(s.state_format))
       return fmt::format("no CUDA eager verify kernel for a {} state (fp32, bf16 or fp16)", format_name(s.state_format));
     return "";
   }
@@ -367,7 +364,7 @@ std::string spec_cuda_unsupported(const Scheme& s, Family family) {
       return fmt::format("no CUDA verify kernel for a dual update copy in {} (fp32 only)", format_name(s.state_format));
     if (!plain16(s.read_format))
       return fmt::format("no CUDA verify kernel for a dual {} read copy (bf16 or fp16)", format_name(s.read_format));
-  } else if (!kernel_format(s.state_format)) {
+  } else if (!kernel_state_format(s.state_format)) {
     return fmt::format("no CUDA verify kernel for a shared {} checkpoint (fp32, bf16 or fp16)", format_name(s.state_format));
   }
   if (s.buffer_format != Format::BF16)
