@@ -38,7 +38,21 @@ for f in "$dist"/bin/*; do
   "$zstd_bin" -q --patch-from="$stage/bin/$base_name" "$stage/$name" -o "$stage/patch/$name.zst"
   rm "$stage/$name"
 done
-cp -rp "$dist/lib" "$stage/lib"
+# Only the libraries some packed program loads: make_dist.sh collects them for every program it bundled, and a call
+# that carries the benchmarks alone would otherwise carry replayssm's HDF5, curl and TLS stack (about 6 MiB packed,
+# enough to push four relinked benchmarks over the limit). Programs that are not ELF (the tests' stand-ins) keep all.
+needed=$(for f in "$dist"/bin/*; do ldd "$f" 2>/dev/null | awk '/=> \//{print $3}' || true; done | xargs -r -n1 basename | sort -u)
+mkdir -p "$stage/lib"
+kept=0 dropped=0
+for l in "$dist"/lib/*; do
+  [ -e "$l" ] || continue
+  if [ -z "$needed" ] || grep -qxF "$(basename "$l")" <<<"$needed"; then
+    cp -p "$l" "$stage/lib/"; kept=$((kept + 1))
+  else
+    dropped=$((dropped + 1))
+  fi
+done
+[ "$dropped" -eq 0 ] || echo "dist_pack: $dropped of $((kept + dropped)) libraries in $dist/lib left out: no packed program loads them"
 # zstd and the shared libraries it loads (not the C library: the device's is newer than Debian 12's).
 cp -L "$zstd_bin" "$stage/tools/zstd"
 for l in $(ldd "$zstd_bin" | awk '/=> \//{print $3}' | grep -v -E '/libc\.so|/libm\.so|ld-linux'); do
