@@ -41,7 +41,13 @@ done
 # Only the libraries some packed program loads: make_dist.sh collects them for every program it bundled, and a call
 # that carries the benchmarks alone would otherwise carry replayssm's HDF5, curl and TLS stack (about 6 MiB packed,
 # enough to push four relinked benchmarks over the limit). Programs that are not ELF (the tests' stand-ins) keep all.
-needed=$(for f in "$dist"/bin/*; do ldd "$f" 2>/dev/null | awk '/=> \//{print $3}' || true; done | xargs -r -n1 basename | sort -u)
+# ldd looks in $dist/lib first, as the device will (an absolute path: ldd prints the paths as it was given them); a
+# library it finds nowhere would be missing there too.
+libdir=$(cd "$dist/lib" && pwd)
+missing=$(for f in "$dist"/bin/*; do LD_LIBRARY_PATH="$libdir" ldd "$f" 2>/dev/null | grep 'not found' || true; done)
+[ -z "$missing" ] || die "a program of $dist/bin loads a library found neither in $dist/lib nor on this machine:" $missing
+needed=$(for f in "$dist"/bin/*; do LD_LIBRARY_PATH="$libdir" ldd "$f" 2>/dev/null | awk '/=> \//{print $3}' || true; done \
+         | xargs -r -n1 basename | sort -u)
 mkdir -p "$stage/lib"
 kept=0 dropped=0
 for l in "$dist"/lib/*; do
