@@ -551,11 +551,18 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     G_prev = j > 0 ? rG[static_cast<long long>(j - 1) * HV] : 0.0f;
     ring_wave(j);
   }
-  if (tid == 0 && arrivals == per_row - 1) {
-    __threadfence();
-    l.d_arrive[slot] = 0;
-    l.d_fill[slot] = j + 1 >= l.interval ? 0 : j + 1;
-  }
+  // The last CTA of the row advances the cursor. Small batch: after the weights (below), so that warp 0 does not wait
+  // on the atomic's round trip before the key dots while the CTA's other warps wait for it at their barrier, and
+  // before the ring writes, which a fence at the end of the step would wait on (there it measured 0.1-0.3 us slower
+  // at batch 1: benchmarks/experiments/README.md, "The ring cursor's hand-off").
+  const auto advance_cursor = [&] {
+    if (tid == 0 && arrivals == per_row - 1) {
+      __threadfence();
+      l.d_arrive[slot] = 0;
+      l.d_fill[slot] = j + 1 >= l.interval ? 0 : j + 1;
+    }
+  };
+  if constexpr (!kSmall) advance_cursor();
 
   const Gate gt = gate_from<A>(gin);
   // bf16(k_t), entry j's key, for the key dots, the stream and the ring write (the small kernel's key dots round it
@@ -652,6 +659,7 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     }
   }
   __syncthreads();
+  if constexpr (kSmall) advance_cursor();
   // Inner route at serving batch, non-flush step: the stream's first chunk is issued here, so its load (an L2 hit: the
   // prologue prefetched it) runs under the ring sums and the last barrier instead of after them. On the H200 (batch
   // 256, K16, one call) the non-flush step went 163.1 -> 161.4 us (fp32), 118.9 -> 117.7 (bf16), 114.6 -> 113.0 (dual
