@@ -105,6 +105,25 @@ def test_committed_mamba2_verify_fold_ab_shows_the_flush():
     assert rows["mamba2/T:4/batch:256 [verify amortised]"].rstrip(" |").endswith("0.921")
 
 
+def test_committed_cursor_ab_archive(tmp_path):
+    """The 2026-12-06 A/B as scripts/gpu_ab.sh returned it (one archive, three runs of each build): the ratios the
+    experiments README quotes for the GDN cursor move (landed) and the per-head Mamba-2 one."""
+    import tarfile
+    with tarfile.open(ROOT / "benchmarks" / "experiments" / "cursor_fcl_ab.5fb3968.h100.tar.gz") as t:
+        # Python before 3.11.4 (Debian 12's 3.11.2) has no extraction filters; the archive is ours.
+        t.extractall(tmp_path, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+
+    def runs(name):
+        return [str(tmp_path / "ab" / f"{name}.{i}.json") for i in (1, 2, 3)]
+
+    gdn = bench_table.ab_table([runs("bench_gdn_cuda"), runs("bench_gdn_cuda_mid")],
+                               pattern=r"^replay/inner/fp32/K16/nonflush/batch:1$")
+    assert gdn.rstrip(" |\n").endswith("0.972")
+    m2 = bench_table.ab_table([runs("bench_mamba2_cuda"), runs("bench_mamba2_cuda_ph"), runs("bench_mamba2_cuda_fcl")],
+                              pattern=r"^replay/fp32/K16/nonflush/batch:256$")
+    assert "| 0.959 | 0.999 |" in m2
+
+
 def test_help_prints_the_usage():
     r = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--ab [--filter REGEX]" in r.stdout
