@@ -9,6 +9,9 @@
 #   scripts/gpu_sanitize.sh BINARY                  another Catch2 test binary
 #   scripts/gpu_sanitize.sh BINARY "[gpu][mamba2]"  a narrower test filter (default "[gpu]")
 #   SANITIZER_TOOLS="memcheck" scripts/gpu_sanitize.sh     fewer tools (default: all four)
+#   REPLAYSSM_GPU_TESTS=one-per-kernel scripts/gpu_sanitize.sh   the kernel-level cases once per kernel configuration:
+#                                                   intervals read as K = 1 or K > 1 (tests/gpu/gpu_test_util.h), the
+#                                                   scope meant for racecheck and initcheck to finish in a device call
 #   scripts/gpu_sanitize.sh --self-test             checks that this script fails on each tool's kind of bug
 #                                                   (builds three tiny faulty kernels with nvcc, sm_90)
 # Reports go to stdout and to sanitize-<tool>.log in $SANITIZE_LOG_DIR (default: the current folder).
@@ -130,6 +133,10 @@ if [ -n "$bin" ] && [ -f "$bin" ] && [ ! -x "$bin" ]; then chmod +x "$bin"; fi
   exit 2
 }
 filter="${2:-[gpu]}"
+case "${REPLAYSSM_GPU_TESTS:-all}" in
+  all|one-per-kernel) ;;
+  *) echo "gpu_sanitize: REPLAYSSM_GPU_TESTS='$REPLAYSSM_GPU_TESTS' is not a scope (all, one-per-kernel)"; exit 2 ;;
+esac
 
 # Catch2 v2 lists matching tests one per line (its exit code is the count, so it is not checked).
 n=$("$bin" --list-test-names-only "$filter" 2>/dev/null | grep -cv '^\s*$' || true)
@@ -138,7 +145,7 @@ if [ "$n" -eq 0 ]; then
   exit 2
 fi
 need_sanitizer
-echo "gpu_sanitize: $n test(s) matching $filter in $bin, tools: ${tools[*]}"
+echo "gpu_sanitize: $n test(s) matching $filter in $bin, tools: ${tools[*]}, scope: ${REPLAYSSM_GPU_TESTS:-all}"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || true
 
 failed=()

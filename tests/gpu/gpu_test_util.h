@@ -9,7 +9,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <regex>
+#include <set>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "common/cuda_check.h"
@@ -31,6 +36,34 @@ inline bool have_device() {
     return false;
   }
   return true;
+}
+
+// The sanitizers' scope. compute-sanitizer's racecheck and initcheck slow the kernels down so far that the whole GPU
+// suite does not finish in a device call (benchmarks/runs/sanitize.h200.txt); with REPLAYSSM_GPU_TESTS=one-per-kernel
+// in the environment (scripts/gpu_sanitize.sh passes it on) a kernel-level case is skipped when an earlier case of the
+// process differed from it only in its interval, read as a class: K = 1 (every step flushes) or K > 1 (non-flush and
+// flush steps; the loops reach K = 4 first). Every other field of the case's name (geometry, kind, route, formats,
+// kernel variant and shape, flush arithmetic, rounding) still runs once, so every kernel configuration the suite
+// reaches is checked once. Unset or any other value: every case runs. Throws on a value it does not know, so that a
+// misspelt scope does not silently run the whole suite under a sanitizer.
+inline bool one_per_kernel_scope() {
+  const char* v = std::getenv("REPLAYSSM_GPU_TESTS");
+  if (v == nullptr || *v == '\0' || std::strcmp(v, "all") == 0) return false;
+  if (std::strcmp(v, "one-per-kernel") == 0) return true;
+  throw std::runtime_error(std::string("REPLAYSSM_GPU_TESTS: unknown scope '") + v + "' (all, one-per-kernel)");
+}
+// A case's key under that scope: its name with " K=<n>" as " K=1" or " K>1".
+inline std::string kernel_config_key(const std::string& case_name) {
+  static const std::regex k_eq(R"( K=(\d+))");
+  std::smatch m;
+  if (!std::regex_search(case_name, m, k_eq)) return case_name;
+  return m.prefix().str() + (m[1].str() == "1" ? " K=1" : " K>1") + m.suffix().str();
+}
+// True when the case should be skipped: the scope is one-per-kernel and its key has run before in this process.
+inline bool repeats_a_kernel_config(const std::string& case_name) {
+  if (!one_per_kernel_scope()) return false;
+  static std::set<std::string> seen;
+  return !seen.insert(kernel_config_key(case_name)).second;
 }
 
 // A device array of n T's, zeroed at allocation, so copying back a region no kernel wrote is not a read of

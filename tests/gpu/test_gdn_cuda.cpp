@@ -106,6 +106,7 @@ float dotf(const float* a, const float* b, int n) {
 }
 
 void run_case(const Case& c, uint64_t seed) {
+  if (repeats_a_kernel_config(c.name())) return;  // REPLAYSSM_GPU_TESTS=one-per-kernel (gpu_test_util.h)
   const GdnDims d = c.dims;
   const int HK = d.HK, HV = d.HV, K = d.K, V = d.V, vpk = HV / HK, KI = c.interval;
   const size_t SE = static_cast<size_t>(HV) * V * K, OUT = static_cast<size_t>(HV) * V,

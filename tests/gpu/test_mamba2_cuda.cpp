@@ -106,6 +106,7 @@ struct EmuSlot {
 float softplus_f(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }
 
 void run_case(const Case& c, uint64_t seed) {
+  if (repeats_a_kernel_config(c.name())) return;  // REPLAYSSM_GPU_TESTS=one-per-kernel (gpu_test_util.h)
   const Mamba2Dims d = c.dims;
   const int H = d.H, P = d.P, N = d.N, G = d.G, hpg = H / G, K = c.interval;
   const size_t HPN = static_cast<size_t>(H) * P * N, HP = static_cast<size_t>(H) * P, GN = static_cast<size_t>(G) * N;
@@ -727,4 +728,29 @@ TEST_CASE("mamba2 cuda launchers reject bad launch structs with a message naming
   e.step.dims = {4, 8, 16, 3};
   e.step.batch = 1;
   CHECK_THROWS_WITH(mamba2_eager_step(e, nullptr), Catch::Contains("multiple of G"));
+}
+
+// Host-only: needs no device, so it runs wherever the GPU test binary builds.
+TEST_CASE("gpu tests' one-per-kernel scope: the interval read as a class, other fields kept, a bad scope refused",
+          "[gpu][scope]") {
+  CHECK(kernel_config_key("super-120b replay state=fp32 K=16 act=bf16 z") == "super-120b replay state=fp32 K>1 act=bf16 z");
+  CHECK(kernel_config_key("small dual state=fp32+bf16 K=1 act=bf16") == "small dual state=fp32+bf16 K=1 act=bf16");
+  CHECK(kernel_config_key("small eager state=bf16 act=fp32") == "small eager state=bf16 act=fp32");
+  const char* before = std::getenv("REPLAYSSM_GPU_TESTS");
+  const std::string saved = before ? before : "";
+  const auto restore = [&] {
+    if (before) setenv("REPLAYSSM_GPU_TESTS", saved.c_str(), 1); else unsetenv("REPLAYSSM_GPU_TESTS");
+  };
+  unsetenv("REPLAYSSM_GPU_TESTS");
+  CHECK_FALSE(repeats_a_kernel_config("scope-test replay state=fp32 K=4"));
+  CHECK_FALSE(repeats_a_kernel_config("scope-test replay state=fp32 K=4"));  // every case runs by default
+  setenv("REPLAYSSM_GPU_TESTS", "one-per-kernel", 1);
+  CHECK_FALSE(repeats_a_kernel_config("scope-test replay state=fp32 K=4"));
+  CHECK(repeats_a_kernel_config("scope-test replay state=fp32 K=16"));
+  CHECK_FALSE(repeats_a_kernel_config("scope-test replay state=fp32 K=1"));
+  CHECK_FALSE(repeats_a_kernel_config("scope-test replay state=bf16 K=16"));
+  CHECK_FALSE(repeats_a_kernel_config("scope-test replay state=fp32 K=16 grouped(h=16)"));
+  setenv("REPLAYSSM_GPU_TESTS", "one_per_kernel", 1);
+  CHECK_THROWS_WITH(repeats_a_kernel_config("scope-test replay state=fp32 K=8"), Catch::Contains("REPLAYSSM_GPU_TESTS"));
+  restore();
 }

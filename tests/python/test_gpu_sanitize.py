@@ -20,8 +20,8 @@ def stand_in(tmp_path, names):
     return str(p)
 
 
-def run(tmp_path, *args):
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SANITIZE_LOG_DIR": str(tmp_path / "logs")}
+def run(tmp_path, *args, **extra_env):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "SANITIZE_LOG_DIR": str(tmp_path / "logs"), **extra_env}
     return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=env)
 
 
@@ -44,3 +44,10 @@ def test_matching_tests_get_as_far_as_the_sanitizer(tmp_path):
 def test_a_missing_binary_is_named(tmp_path):
     r = run(tmp_path, str(tmp_path / "nope"))
     assert r.returncode == 2 and "no GPU test binary" in r.stdout
+
+
+def test_an_unknown_test_scope_is_refused_before_any_run(tmp_path):
+    # A misspelt REPLAYSSM_GPU_TESTS would otherwise fail inside every kernel-level case under the sanitizer.
+    r = run(tmp_path, stand_in(tmp_path, ["kernel a"]), "[gpu]", REPLAYSSM_GPU_TESTS="one_per_kernel")
+    assert r.returncode == 2
+    assert "REPLAYSSM_GPU_TESTS='one_per_kernel' is not a scope (all, one-per-kernel)" in r.stdout
