@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Shrinks the dist/ bundle (scripts/make_dist.sh, scripts/ab_relink.sh) for the device's carry limit (64 MiB a call:
-# /work/.library/device/README.md). The GPU programs each embed the same kernels, compressed (nvcc's fatbins), so
-# xz of dist/ as it is holds every copy: the GPU tests and one benchmark were about the most one call could carry.
-# Here the GPU test binary is kept whole and every other program of dist/bin becomes a zstd patch against it
-# (--patch-from: a relinked A/B benchmark is 0.1-10 MB, not 40), then bin/, lib/, the patches and zstd itself (the
-# device has none) go into one dist/pack.tar.xz beside dist/unpack.sh, which restores dist/bin and dist/lib there:
+# /work/.library/device/README.md). The GPU programs each embed the same kernels, so xz of dist/ as it is holds every
+# copy. Here the GPU test binary is kept whole and every other program of dist/bin becomes a zstd patch against it
+# (--patch-from), then bin/, lib/, the patches and zstd itself (the device has none) go into one dist/pack.tar.xz
+# beside dist/unpack.sh, which restores dist/bin and dist/lib there. From a build configured with
+# -DREPLAYSSM_CUDA_COMPRESS=OFF -DREPLAYSSM_CUDA_ARCHITECTURES=90-real (uncompressed SASS only: kernels/CMakeLists.txt)
+# every program, the CPU tests and three A/B relinks pack to 30 MiB (2026-12-06); from nvcc's compressed fatbins,
+# which neither xz nor the patches can see into, the GPU tests and replayssm alone took 56 MiB:
 #
 #   here:      scripts/make_dist.sh build  [scripts/ab_relink.sh ...]  scripts/dist_pack.sh
 #   on the H200 (dist in the call's carry):  dist/unpack.sh && LD_LIBRARY_PATH=$PWD/dist/lib dist/bin/...
@@ -12,9 +14,9 @@
 #
 #   scripts/dist_pack.sh [DIST_DIR]     default dist; needs DIST_DIR/bin/replayssm_gpu_tests (a CUDA build) and zstd
 #   DIST_PACK_BASE=bench_mamba2_cuda scripts/dist_pack.sh   another program kept whole, the rest patched against it:
-#                                       for a call that carries the benchmarks without the GPU tests (the tests alone
-#                                       are about 50 MiB packed, and a benchmark that differs from them 7 MiB more)
-# The binaries are stripped first (symbols are most of a binary's compressible bytes). Fails, leaving dist/ as it
+#                                       for a call that carries the benchmarks without the GPU tests (needed only
+#                                       from a build with compressed device code, where the tests alone took 56 MiB)
+# The binaries are stripped first (symbols are most of a compressed-fatbin binary's compressible bytes). Fails, leaving dist/ as it
 # was, when a program is missing or when the pack exceeds 60 MiB (the rest of the tree travels too).
 set -euo pipefail
 dist=${1:-dist}

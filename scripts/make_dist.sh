@@ -26,3 +26,9 @@ for l in $( (ldd "$bin"; [ -x "$tests" ] && ldd "$tests"; for g in "${gpu[@]}"; 
   cp -L "$l" dist/lib/
 done
 du -sh dist/bin dist/lib
+# nvcc's compressed fatbins leave xz nothing: such a bundle packs to about twice the size, and the tests with one
+# benchmark were the most a call could carry (kernels/CMakeLists.txt, REPLAYSSM_CUDA_COMPRESS).
+if [ ${#gpu[@]} -gt 0 ] && ! grep -q '^REPLAYSSM_CUDA_COMPRESS:BOOL=OFF' "$build/CMakeCache.txt" 2>/dev/null; then
+  echo "make_dist.sh: $build compresses its device code; for the device's 64 MiB carry configure it with" \
+       "-DREPLAYSSM_CUDA_COMPRESS=OFF -DREPLAYSSM_CUDA_ARCHITECTURES=90-real (every program then packs to about 30 MiB)" >&2
+fi
