@@ -3,7 +3,9 @@
 # and on request ncu DRAM bytes of single steps and compute-sanitizer on the GPU tests. Everything is logged under
 # $OUT (default ./gpu_out); the exit code is non-zero when the tests, the benchmark or a requested check failed.
 # Built here, run there: on the build machine
-#   cmake -S . -B build-cuda -DREPLAYSSM_CUDA=ON && cmake --build build-cuda -j2 && scripts/make_dist.sh build-cuda
+#   cmake -S . -B build-cuda -DREPLAYSSM_CUDA=ON -DREPLAYSSM_CUDA_COMPRESS=OFF -DREPLAYSSM_CUDA_ARCHITECTURES=90-real
+#   cmake --build build-cuda -j2 && scripts/make_dist.sh build-cuda && scripts/dist_pack.sh
+#   (uncompressed SASS packs every program into about 30 MiB of the call's 64: kernels/CMakeLists.txt)
 # then, on the H200, from the repository root (dist/ travels with the tree):
 #   scripts/gpu_run.sh                  tests + default benchmark (about 2-4 minutes)
 #   GPU_RUN_NCU=1 scripts/gpu_run.sh    + ncu DRAM bytes of one eager, one non-flush and one flush step
