@@ -68,7 +68,7 @@ for l in $(ldd "$zstd_bin" | awk '/=> \//{print $3}' | grep -v -E '/libc\.so|/li
 done
 tar -C "$stage" -cf - bin lib patch tools | xz -T2 -6 > "$stage/pack.tar.xz"
 size=$(stat -c %s "$stage/pack.tar.xz")
-[ "$size" -le $((60 * 1024 * 1024)) ] || die "the pack is $((size / 1048576)) MiB, over 60 MiB: carry fewer programs (the benchmarks can travel in a call of their own, packed with DIST_PACK_BASE=bench_mamba2_cuda)"
+[ "$size" -le $((60 * 1024 * 1024)) ] || die "the pack is $((size / 1048576)) MiB, over 60 MiB: build with -DREPLAYSSM_CUDA_COMPRESS=OFF -DREPLAYSSM_CUDA_ARCHITECTURES=90-real (kernels/CMakeLists.txt), or carry fewer programs (the benchmarks can travel in a call of their own, packed with DIST_PACK_BASE=bench_mamba2_cuda)"
 
 { echo '#!/usr/bin/env bash'; echo "base_name=$base_name"; } > "$stage/unpack.sh"
 cat >> "$stage/unpack.sh" <<'EOF'
@@ -98,7 +98,7 @@ if tree=$(git ls-files -z 2>/dev/null | xargs -0 -r stat -c %s 2>/dev/null | awk
   total=$(( (tree + size) / 1048576 ))
   if [ "$total" -ge 64 ]; then
     echo "dist_pack: warning: the tracked tree ($((tree / 1048576)) MiB) and the pack make $total MiB, over the" \
-         "device's 64 MiB a call; move what the call does not need out of the tree for it (largest:" \
+         "device's 64 MiB a call; move what the call does not need out of the tree for it (scripts/carry_aside.sh out; largest:" \
          "$(git ls-files -z | xargs -0 du -b | sort -n | tail -2 | awk '{printf "%s %d MiB; ", $2, $1 / 1048576}'))" >&2
   fi
 fi
