@@ -1,0 +1,59 @@
+"""scripts/gpu_steps.sh with stand-in steps (no GPU needed): steps run in order with their logs under $OUT, a step
+that overruns the budget is cut and named, the ones after it are listed as not started, a failing step fails the run
+without stopping the next, and bad arguments are refused before anything runs.
+
+    python3 -m pytest tests/python/test_gpu_steps.py
+"""
+import os
+import pathlib
+import shutil
+import subprocess
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "gpu_steps.sh"
+
+
+def run(tmp_path, *args):
+    # A copy in a folder of its own: the script works from its repository root, where a real dist/ may hold a pack.
+    root = tmp_path / "root"
+    (root / "scripts").mkdir(parents=True, exist_ok=True)
+    shutil.copy(SCRIPT, root / "scripts" / "gpu_steps.sh")
+    env = dict(os.environ, OUT=str(tmp_path / "out"), PATH="/usr/bin:/bin")
+    return subprocess.run(["bash", str(root / "scripts" / "gpu_steps.sh"), *args], capture_output=True, text=True,
+                          env=env, timeout=60)
+
+
+def test_steps_run_in_order_with_their_logs(tmp_path):
+    r = run(tmp_path, "-b", "30", "first=echo one; echo two >&2", "second=exit 3", "third=echo three")
+    assert r.returncode == 1  # the second step failed; the third still ran
+    out = tmp_path / "out"
+    assert (out / "first.log").read_text() == "one\ntwo\n"
+    assert (out / "third.log").read_text() == "three\n"
+    steps = (out / "steps.txt").read_text()
+    assert "first: exit 0 in" in steps and "second: exit 3 in" in steps and "third: exit 0 in" in steps
+    assert steps == r.stdout
+
+
+def test_a_step_past_the_budget_is_cut_and_the_rest_not_started(tmp_path):
+    r = run(tmp_path, "-b", "3", "-m", "1", "slow=echo started; sleep 20", "after=echo never")
+    assert r.returncode == 1
+    assert "slow: timed out after" in r.stdout
+    assert "after: not started" in r.stdout
+    assert (tmp_path / "out" / "slow.log").read_text() == "started\n"  # what it wrote before the cut is kept
+    assert not (tmp_path / "out" / "after.log").exists()
+
+
+def test_all_steps_passing_is_exit_zero(tmp_path):
+    r = run(tmp_path, "a=true", "b=test -n \"$SANITIZE_LOG_DIR\"")
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_bad_arguments_are_refused_before_anything_runs(tmp_path):
+    for args, message in [(["no_equals"], "is not NAME=COMMAND"),
+                          (["bad name=true"], "is not NAME=COMMAND"),
+                          (["a=true", "a=false"], "step name 'a' given twice"),
+                          (["-b", "0", "a=true"], "-b: seconds must be a positive integer"),
+                          ([], "NAME=COMMAND")]:
+        r = run(tmp_path, *args)
+        assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
+        assert not (tmp_path / "out" / "steps.txt").exists()
