@@ -44,8 +44,8 @@ inline bool have_device() {
 // process differed from it only in its interval, read as a class: K = 1 (every step flushes) or K > 1 (non-flush and
 // flush steps; the loops reach K = 4 first). Every other field of the case's name (geometry, kind, route, formats,
 // kernel variant and shape, flush arithmetic, rounding) still runs once, so every kernel configuration the suite
-// reaches is checked once. Unset or any other value: every case runs. Throws on a value it does not know, so that a
-// misspelt scope does not silently run the whole suite under a sanitizer.
+// reaches is checked once. Unset, empty or "all": every case runs. Any other value throws, so that a misspelt scope
+// does not silently run the whole suite under a sanitizer.
 inline bool one_per_kernel_scope() {
   const char* v = std::getenv("REPLAYSSM_GPU_TESTS");
   if (v == nullptr || *v == '\0' || std::strcmp(v, "all") == 0) return false;
