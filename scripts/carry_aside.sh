@@ -6,6 +6,7 @@
 #   scripts/carry_aside.sh out      move them to $CARRY_ASIDE_DIR (default /tmp/replayssm-carry-aside-$UID)
 #   scripts/carry_aside.sh in       move them back
 #   scripts/carry_aside.sh status   where they are, and the size of the tree a call would carry now
+#   scripts/carry_aside.sh bytes    that size in bytes, then the two largest files (scripts/dist_pack.sh's warning)
 #   CARRY_ASIDE_PATHS="docs benchmarks" scripts/carry_aside.sh out   other paths (relative to the repository root)
 #
 # While they are out, git sees them as deleted: do not commit with -a until `in` (the script says so again). Refuses
@@ -17,10 +18,10 @@ aside=${CARRY_ASIDE_DIR:-/tmp/replayssm-carry-aside-$(id -u)}
 read -r -a paths <<<"${CARRY_ASIDE_PATHS:-benchmarks docs data/tiny_hybrid}"
 die() { echo "carry_aside: $*" >&2; exit 1; }
 
-tree_mib() {  # what a call carries of the tree: tracked files that exist, and untracked files git does not ignore
-  { git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c %s 2>/dev/null || true; } |
-    awk '{s += $1} END {printf "%.1f", s / 1048576}'
+carried() {  # "SIZE PATH" of what a call carries of the tree: tracked files that exist, untracked ones git does not ignore
+  git ls-files -z --cached --others --exclude-standard | xargs -0 -r stat -c '%s %n' 2>/dev/null || true
 }
+tree_mib() { carried | awk '{s += $1} END {printf "%.1f", s / 1048576}'; }
 
 case "${1:-}" in
   out)
@@ -58,8 +59,12 @@ case "${1:-}" in
     done
     echo "the tree carries $(tree_mib) MiB"
     ;;
+  bytes)
+    carried | awk '{s += $1} END {print s + 0}'
+    carried | sort -n | tail -2 | awk '{printf "%s %d MiB\n", $2, $1 / 1048576}'
+    ;;
   *)
-    sed -n '6,9p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '6,10p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
     ;;
 esac

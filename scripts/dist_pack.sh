@@ -93,12 +93,14 @@ rm -rf "$dist/bin" "$dist/lib"
 mv "$stage/pack.tar.xz" "$stage/unpack.sh" "$dist/"
 echo "dist_pack: $dist/pack.tar.xz $((size / 1048576)) MiB ($(ls "$stage/patch" | wc -l) patched programs);" \
      "on the device: $dist/unpack.sh"
-# The working tree travels too, within the same 64 MiB: say so when the two together would not fit.
-if tree=$(git ls-files -z 2>/dev/null | xargs -0 -r stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}'); then
+# The working tree travels too, within the same 64 MiB (tracked files and untracked ones git does not ignore, as
+# carry_aside.sh counts them): say so when the two together would not fit.
+if sizes=$("$(dirname "$0")/carry_aside.sh" bytes 2>/dev/null); then
+  tree=$(head -1 <<<"$sizes")
   total=$(( (tree + size) / 1048576 ))
   if [ "$total" -ge 64 ]; then
-    echo "dist_pack: warning: the tracked tree ($((tree / 1048576)) MiB) and the pack make $total MiB, over the" \
-         "device's 64 MiB a call; move what the call does not need out of the tree for it (scripts/carry_aside.sh out; largest:" \
-         "$(git ls-files -z | xargs -0 du -b | sort -n | tail -2 | awk '{printf "%s %d MiB; ", $2, $1 / 1048576}'))" >&2
+    echo "dist_pack: warning: the tree ($((tree / 1048576)) MiB) and the pack make $total MiB, over the device's 64 MiB" \
+         "a call; move what the call does not need out of the tree for it (scripts/carry_aside.sh out; largest:" \
+         "$(tail -n +2 <<<"$sizes" | paste -sd ';'))" >&2
   fi
 fi

@@ -72,3 +72,20 @@ def test_bad_argument_prints_usage(tmp_path):
     r = repo(tmp_path)
     bad = run(r, tmp_path, "sideways")
     assert bad.returncode == 2 and "scripts/carry_aside.sh out" in bad.stderr
+
+
+def test_bytes_counts_what_a_call_carries(tmp_path):
+    # Tracked files that exist and untracked ones git does not ignore (the device carries both); not ignored ones,
+    # not deleted ones. dist_pack.sh reads this for its warning.
+    r = repo(tmp_path)
+    (r / ".gitignore").write_text("build/\n")
+    (r / "build").mkdir()
+    (r / "build" / "big.o").write_bytes(b"o" * (5 << 20))
+    (r / "notes.txt").write_bytes(b"n" * 1000)
+    (r / "src.cpp").unlink()
+    b = run(r, tmp_path, "bytes")
+    assert b.returncode == 0
+    lines = b.stdout.splitlines()
+    script = (r / "scripts" / "carry_aside.sh").stat().st_size  # tracked too
+    assert int(lines[0]) == (3 << 20) + (1 << 20) + len("stays\n") + 1000 + len("build/\n") + script
+    assert lines[1:] == ["data/tiny_hybrid/w.h5 1 MiB", "benchmarks/run.json 3 MiB"]
