@@ -41,8 +41,7 @@ done
 [[ "$budget" =~ ^[1-9][0-9]*$ ]] || die "-b: the budget must be a positive number of seconds, not '$budget'"
 [ ${#filters[@]} -gt 0 ] || usage
 
-if [ -f dist/pack.tar.xz ] && [ ! -d dist/bin ]; then dist/unpack.sh >/dev/null || exit 1; fi  # scripts/dist_pack.sh
-if [ -d dist/lib ]; then export LD_LIBRARY_PATH="$PWD/dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+. scripts/dist_env.sh && dist_env || exit 1
 resolve() { case "$1" in /*) echo "$1" ;; */*) echo "$caller/$1" ;; *) echo "dist/bin/$1" ;; esac; }
 seen=" "
 for g in "${!filters[@]}"; do

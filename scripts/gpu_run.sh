@@ -28,8 +28,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/gpu_out}"
 mkdir -p "$OUT"
-if [ -f dist/pack.tar.xz ] && [ ! -d dist/bin ]; then dist/unpack.sh || exit 1; fi  # scripts/dist_pack.sh's bundle
-if [ -d dist/lib ]; then export LD_LIBRARY_PATH="$PWD/dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+. scripts/dist_env.sh && dist_env || exit 1
 for d in /usr/local/cuda/bin; do [ -d "$d" ] && PATH="$PATH:$d"; done
 bin=dist/bin
 [ -d "$bin" ] || bin=build-cuda/bin_missing

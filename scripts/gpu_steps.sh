@@ -39,8 +39,7 @@ done
 OUT="${OUT:-$PWD/gpu_out}"
 mkdir -p "$OUT"
 export SANITIZE_LOG_DIR="${SANITIZE_LOG_DIR:-$OUT}"
-if [ -f dist/pack.tar.xz ] && [ ! -d dist/bin ]; then dist/unpack.sh >/dev/null || { echo "gpu_steps: dist/unpack.sh failed" >&2; exit 1; }; fi
-if [ -d dist/lib ]; then export LD_LIBRARY_PATH="$PWD/dist/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+. scripts/dist_env.sh && dist_env || exit 1
 
 summary="$OUT/steps.txt"
 {

@@ -18,6 +18,7 @@ def run(tmp_path, *args):
     root = tmp_path / "root"
     (root / "scripts").mkdir(parents=True, exist_ok=True)
     shutil.copy(SCRIPT, root / "scripts" / "gpu_steps.sh")
+    shutil.copy(ROOT / "scripts" / "dist_env.sh", root / "scripts" / "dist_env.sh")
     env = dict(os.environ, OUT=str(tmp_path / "out"), PATH="/usr/bin:/bin")
     return subprocess.run(["bash", str(root / "scripts" / "gpu_steps.sh"), *args], capture_output=True, text=True,
                           env=env, timeout=60)
@@ -57,3 +58,21 @@ def test_bad_arguments_are_refused_before_anything_runs(tmp_path):
         r = run(tmp_path, *args)
         assert r.returncode == 2 and message in r.stderr, (args, r.stderr)
         assert not (tmp_path / "out" / "steps.txt").exists()
+
+
+def test_the_pack_is_unpacked_once_and_its_libraries_put_on_the_path(tmp_path):
+    # scripts/dist_env.sh, which the device-side scripts share: a stand-in dist/unpack.sh that restores bin/ and lib/.
+    dist = tmp_path / "root" / "dist"
+    dist.mkdir(parents=True)
+    (dist / "pack.tar.xz").write_bytes(b"")
+    (dist / "unpack.sh").write_text("#!/usr/bin/env bash\ncd \"$(dirname \"$0\")\"\nmkdir bin lib\necho unpacked\n")
+    (dist / "unpack.sh").chmod(0o755)
+    r = run(tmp_path, "libs=echo \"$LD_LIBRARY_PATH\"")
+    assert r.returncode == 0, r.stderr
+    assert "unpacked" in r.stderr and (dist / "bin").is_dir()
+    assert (tmp_path / "out" / "libs.log").read_text().startswith(str(dist / "lib"))
+    (dist / "bin").rmdir()
+    (dist / "unpack.sh").write_text("#!/usr/bin/env bash\nexit 1\n")
+    r = run(tmp_path, "never=true")
+    assert r.returncode == 1 and "dist/unpack.sh failed" in r.stderr
+    assert not (tmp_path / "out" / "never.log").exists()
