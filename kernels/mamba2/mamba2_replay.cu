@@ -28,9 +28,10 @@
 // Ring cursor, on the device: d_fill[slot] is read (acquire) by one thread of every CTA of the row, which then
 // counts itself on d_arrive[slot]; the CTA that arrives last writes the advanced fill (0 after a flush) and re-zeroes
 // d_arrive. The acquire orders each CTA's read before its arrival, so the last arriver writes after every read; the
-// arrival's result is first looked at when the CTA ends, keeping the atomic's round trip off the prologue (the
-// grouped kernel looks at it after its prologue's barrier instead, where the atomic has returned and the fence has no
-// output store to wait on: 2.6-3.6% at batch 1; benchmarks/experiments/README.md, "The ring cursor's hand-off").
+// arrival's result is first looked at after the prologue's barrier, where the atomic has returned and the fence has
+// no output store to wait on (the grouped kernel's 2.6-3.6% at batch 1; here 1-6% on the H100's replay rows:
+// benchmarks/experiments/README.md, "The ring cursor's hand-off"). Dual kernels look at it when the CTA ends: held
+// through the stream it cost them spills.
 // Chosen over a parity-indexed double buffer (the host would pass a parity per launch, which a replayed CUDA graph
 // cannot change, and a slot that sits out a step would read a stale copy) and over a second cursor kernel (one
 // more launch per step, which is what batch 1 pays for). The cost is one L2 atomic per CTA.
@@ -268,7 +269,7 @@ __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kern
   int arrived = 0;
   if (tid == 0) {  // ring cursor hand-off (see the top of this file)
     int f = ld_acquire(&l.d_fill[slot]);
-    arrived = atomicAdd(&l.d_arrive[slot], 1);  // ordered after the read by the acquire; result used at the end
+    arrived = atomicAdd(&l.d_arrive[slot], 1);  // ordered after the read by the acquire; result used a phase later
     s_fill = min(max(f, 0), l.interval - 1);      // a corrupt cursor must not send ring writes out of bounds
   }
   const A* x = static_cast<const A*>(a.d_x) + row * or_default(a.x_stride, static_cast<long long>(H) * P) + h * P;
@@ -306,6 +307,17 @@ __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kern
   const int j = s_fill;  // the current token's entry
   const bool flush = j + 1 == l.interval;
   const int nent = j + 1;
+  // The last CTA of the row advances the cursor. Single checkpoint: here, as the grouped kernel does, so that its fence
+  // has no output or ring store of the CTA to wait on. Dual: at the end, where it was; here it held `arrived` and the
+  // row's indices through the stream and cost the dual kernels 36 more bytes of spill (ptxas).
+  const auto advance_cursor = [&] {
+    if (tid == 0 && arrived == per_row - 1) {
+      __threadfence();
+      l.d_arrive[slot] = 0;
+      l.d_fill[slot] = j + 1 >= l.interval ? 0 : j + 1;
+    }
+  };
+  if constexpr (!kDual) advance_cursor();
   constexpr int RS = kChunkRows<Src>;
   const Src* src = nullptr;
   if constexpr (kDual) {
@@ -440,12 +452,7 @@ __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kern
   } else {
     stream_flush<CK, void, RC, kLanes<CK, kN>, kSR>(a, t, ck, nullptr, smem, L);
   }
-
-  if (tid == 0 && arrived == per_row - 1) {  // the last CTA of the row: advance the cursor for the next launch
-    __threadfence();
-    l.d_arrive[slot] = 0;
-    l.d_fill[slot] = j + 1 >= l.interval ? 0 : j + 1;
-  }
+  if constexpr (kDual) advance_cursor();
 }
 
 template <class A, class CK, class RD>
