@@ -124,6 +124,23 @@ def test_committed_cursor_ab_archive(tmp_path):
     assert "| 0.959 | 0.999 |" in m2
 
 
+def test_committed_flush_staged_archive(tmp_path):
+    """The staged fp32 flush's H200 A/B (benchmarks/experiments/flush_staged_call2.*): the flush ratio the experiments
+    README quotes at K16 batch 256, and the amortised step it did not move."""
+    import tarfile
+    with tarfile.open(ROOT / "benchmarks" / "experiments" / "flush_staged_call2.d8af08d.h200.tar.gz") as t:
+        t.extractall(tmp_path, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+
+    def runs(name):
+        return [str(tmp_path / "ab" / f"{name}.{i}.json") for i in (1, 2, 3)]
+
+    builds = [runs("bench_mamba2_cuda"), runs("bench_mamba2_cuda_stg")]
+    flush = bench_table.ab_table(builds, pattern=r"^replay_g/fp32/K16/flush/batch:256$")
+    assert flush.rstrip(" |\n").endswith("0.956")
+    amortised = bench_table.ab_table(builds, pattern=r"^replay_g/fp32/K16/amortised/batch:256$")
+    assert amortised.rstrip(" |\n").endswith("1.002")
+
+
 def test_help_prints_the_usage():
     r = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--ab [--filter REGEX]" in r.stdout
