@@ -7,6 +7,7 @@
 #
 #   scripts/ab_relink.sh [-b BUILD_DIR] [-n NAME] [-r BASE] [-t] KERNEL_FILE REV|PATCH BENCH...
 #   scripts/ab_relink.sh [-p | -s REGEX] [-r BASE] KERNEL_FILE REV|PATCH
+#   scripts/ab_relink.sh -l KERNEL_FILE
 #     KERNEL_FILE  e.g. kernels/mamba2/mamba2_replay_grouped.cu
 #     REV          a git revision: the file as committed there (e.g. 22a978c)
 #     PATCH        a patch file (e.g. benchmarks/experiments/mamba2_flush_weights.b1.patch.txt), applied to
@@ -21,14 +22,18 @@
 #     -s REGEX     as -p, then the static SASS of the kernels whose demangled names match REGEX, variant against
 #                  working copy: instruction counts by class and the loops that changed (scripts/sass_loops.py
 #                  --compare; needs cuobjdump and nvdisasm, which it names where to get)
+#     -l           print the benchmark and the filter (scripts/gpu_ab.sh -f) of the rows that time KERNEL_FILE's kernels,
+#                  and nothing else (no build needed); a relink prints the same line. The rows are named by kernel
+#                  (bench_mamba2_cuda: replay/ and dual/ the per-head kernel, replay_g/ and dual_g/ the grouped one), and
+#                  a filter of another kernel's rows times two identical builds
 #   Outputs: dist/bin/BENCH_NAME (and dist/bin/replayssm_gpu_tests_NAME); run scripts/make_dist.sh before this, since
 #   it empties dist/bin, and scripts/dist_pack.sh after it (the relinks travel as small patches; dist/unpack.sh
 #   restores them on the device). Then on the H200, alternate the binaries in one call (scripts/gpu_ab.sh), e.g.
 #     scripts/gpu_ab.sh -r 3 -f 'batch:256/' bench_mamba2_cuda bench_mamba2_cuda_22a978c
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=build name="" tests=0 base="" ptx=0 sass=""
-while getopts "b:n:r:tps:" o; do
+build=build name="" tests=0 base="" ptx=0 sass="" list=0
+while getopts "b:n:r:tps:l" o; do
   case "$o" in
     b) build=$OPTARG ;;
     r) base=$OPTARG ;;
@@ -36,10 +41,38 @@ while getopts "b:n:r:tps:" o; do
     t) tests=1 ;;
     p) ptx=1 ;;
     s) ptx=1 sass=$OPTARG ;;
+    l) list=1 ;;
     *) exit 2 ;;
   esac
 done
 shift $((OPTIND - 1))
+
+# The benchmark and the rows that time each kernel file (the benchmarks' bench_name: experiments/bench_*_cuda.cu).
+rows_of() {
+  case "$1" in
+    kernels/mamba2/mamba2_eager.cu) echo "bench_mamba2_cuda ^eager/" ;;
+    kernels/mamba2/mamba2_replay.cu) echo "bench_mamba2_cuda ^(replay|dual)/" ;;
+    kernels/mamba2/mamba2_replay_grouped.cu) echo "bench_mamba2_cuda ^(replay|dual)_g(_h[0-9]+)?/" ;;
+    kernels/mamba2/mamba2_pipelined.cu) echo "bench_mamba2_cuda ^(eager|replay|dual)_p(_s[0-9]+)?(_c[0-9]+)?/" ;;
+    kernels/mamba2/mamba2_verify.cu | kernels/mamba2/mamba2_verify_grouped.cu) echo "bench_spec_cuda ^mamba2/" ;;
+    kernels/gdn/gdn_eager.cu) echo "bench_gdn_cuda ^eager/" ;;
+    kernels/gdn/gdn_replay.cu) echo "bench_gdn_cuda ^(replay|dual)/" ;;
+    kernels/gdn/gdn_verify.cu) echo "bench_spec_cuda ^gdn/" ;;
+    kernels/common/spec_commit.cu) echo "bench_spec_cuda ." ;;
+    *) return 1 ;;
+  esac
+}
+rows_line() {  # KERNEL_FILE: the line both -l and a relink print
+  local r
+  r=$(rows_of "$1") || { echo "ab_relink: no benchmark rows are known for $1 (scripts/ab_relink.sh, rows_of)"; return 0; }
+  echo "ab_relink: $1 is timed by ${r%% *}'s rows matching '${r#* }' (scripts/gpu_ab.sh -f '${r#* }' ...)"
+}
+if [ "$list" = 1 ]; then
+  [ $# -eq 1 ] || { echo "ab_relink: -l takes one KERNEL_FILE" >&2; exit 2; }
+  rows_of "$1" >/dev/null || { echo "ab_relink: no benchmark rows are known for $1" >&2; exit 1; }
+  rows_line "$1"
+  exit 0
+fi
 [ $# -ge $((3 - ptx)) ] || { sed -n '2,/^set -e/{/^set -e/d;p}' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 file=$1 src=$2
 shift 2
@@ -153,3 +186,10 @@ relink() {  # DIR TARGET OUT
 mkdir -p dist/bin
 for b in "$@"; do relink experiments "$b" "dist/bin/${b}_$name"; done
 if [ "$tests" = 1 ]; then relink tests/gpu replayssm_gpu_tests "dist/bin/replayssm_gpu_tests_$name"; fi
+rows_line "$file"
+r=$(rows_of "$file") || true
+for b in "$@"; do
+  if [ -n "$r" ] && [ "$b" != "${r%% *}" ]; then
+    echo "ab_relink: warning: $b does not time $file's kernels (${r%% *} does): its A/B rows will be level" >&2
+  fi
+done

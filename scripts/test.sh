@@ -12,7 +12,7 @@
 #                   device's A/B runner (test_dist_pack.py, test_gpu_ab.py, with stand-in programs), the static SASS
 #                   counter on a hand-written listing (test_sass_loops.py), gpu_sanitize.sh's refusals
 #                   (test_gpu_sanitize.py), the device call's carry_aside.sh and gpu_steps.sh (test_carry_aside.py,
-#                   test_gpu_steps.py): its passed and
+#                   test_gpu_steps.py), ab_relink.sh's map of kernel files to benchmark rows (test_ab_relink.py): its passed and
 #                   failed counts join the closing line; pytest finding no test (exit 5) counts as a failure.
 # Every part runs even when an earlier one has failing tests (a build error stops at once); the end shows each
 # part's duration, the ctest summaries again, and one closing line "total: N passed, N failed" (ctest tests of both
@@ -120,7 +120,7 @@ tests_python() {
   REPLAYSSM="$PWD/build/experiments/replayssm" python3 -m pytest -q -p no:cacheprovider tests/python/test_analysis.py \
     tests/python/test_bench_table.py tests/python/test_dist_pack.py tests/python/test_gpu_ab.py \
     tests/python/test_sass_loops.py tests/python/test_gpu_sanitize.py tests/python/test_carry_aside.py \
-    tests/python/test_gpu_steps.py 2>&1 | tee build/pytest.log || rc=$?  # pipefail: pytest's status, not tee's
+    tests/python/test_gpu_steps.py tests/python/test_ab_relink.py 2>&1 | tee build/pytest.log || rc=$?  # pipefail: pytest's status, not tee's
   if [ "$rc" -eq 5 ]; then echo "test.sh: pytest collected no tests (exit 5): the analysis tests are not wired" >&2; fi
   return "$rc"
 }
