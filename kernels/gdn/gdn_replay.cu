@@ -39,6 +39,7 @@
 
 #include "common/cuda_check.h"
 #include "common/mma_fold.cuh"
+#include "common/ring_cursor.cuh"
 #include "common/scaled_vec.cuh"
 #include "gdn/gdn_device.cuh"
 
@@ -556,11 +557,7 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   // before the ring writes, which a fence at the end of the step would wait on (there it measured 0.1-0.3 us slower
   // at batch 1: benchmarks/experiments/README.md, "The ring cursor's hand-off").
   const auto advance_cursor = [&] {
-    if (tid == 0 && arrivals == per_row - 1) {
-      __threadfence();
-      l.d_arrive[slot] = 0;
-      l.d_fill[slot] = j + 1 >= l.interval ? 0 : j + 1;
-    }
+    if (tid == 0 && arrivals == per_row - 1) ring_cursor_advance(l, slot, j);
   };
   if constexpr (!kSmall) advance_cursor();
 

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "common/ring_cursor.cuh"  // ld_acquire, ring_cursor_advance
 #include "common/state_vec.cuh"    // StateVec, store_narrow4
 #include "common/warp_reduce.cuh"  // row_sum, reduce_scatter
 #include "mamba2/mamba2_kernels.h"
@@ -116,13 +117,6 @@ __device__ inline void store_y(void* y, long long idx, bool bf16, float v) {
     static_cast<__nv_bfloat16*>(y)[idx] = __float2bfloat16_rn(v);
   else
     static_cast<float*>(y)[idx] = v;
-}
-
-// The ring cursor's read in the replay kernels: ordered before the CTA's arrival count (see mamba2_replay.cu).
-__device__ inline int ld_acquire(const int32_t* p) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
 }
 
 // Eight bf16 values (one 16-byte ring load) as floats.

@@ -454,11 +454,8 @@ __global__ void __launch_bounds__(kPipeThreads, 2) mamba2_pipelined_kernel(Mamba
         } else {
           replay_read<Src, A>(a, L, st, ring, ct, row, h, decay, Dh);
         }
-        if (ct == 0 && m.arrived == H - 1) {  // the row's last item: advance the cursor for the next launch
-          __threadfence();
-          l.d_arrive[m.slot] = 0;
-          l.d_fill[m.slot] = j + 1 >= l.interval ? 0 : j + 1;
-        }
+        if (ct == 0 && m.arrived == H - 1)  // the row's last item: advance the cursor for the next launch
+          ring_cursor_advance(l, m.slot, j);
       }
     }
     __syncwarp();

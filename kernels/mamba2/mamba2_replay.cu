@@ -311,11 +311,7 @@ __global__ void __launch_bounds__(kThreads, kReplayMinBlocks) mamba2_replay_kern
   // has no output or ring store of the CTA to wait on. Dual: at the end, where it was; here it held `arrived` and the
   // row's indices through the stream and cost the dual kernels 36 more bytes of spill (ptxas).
   const auto advance_cursor = [&] {
-    if (tid == 0 && arrived == per_row - 1) {
-      __threadfence();
-      l.d_arrive[slot] = 0;
-      l.d_fill[slot] = j + 1 >= l.interval ? 0 : j + 1;
-    }
+    if (tid == 0 && arrived == per_row - 1) ring_cursor_advance(l, slot, j);
   };
   if constexpr (!kDual) advance_cursor();
   constexpr int RS = kChunkRows<Src>;

@@ -428,11 +428,7 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   // The last CTA of the row advances the cursor (mamba2_replay.cu), here rather than at the end of the step: its
   // fence would wait there for thread 0's output and ring stores, and at a small batch the last CTA to arrive is
   // among the last to finish. The atomic was issued with the cursor read, a phase ago.
-  if (tid == 0 && arrived == per_row - 1) {
-    __threadfence();
-    l.d_arrive[slot] = 0;
-    l.d_fill[slot] = j + 1 >= l.interval ? 0 : j + 1;
-  }
+  if (tid == 0 && arrived == per_row - 1) ring_cursor_advance(l, slot, j);
   if constexpr (kDual) {
     if (flush) prefetch_l2(static_cast<const CK*>(l.d_ckpt) + slot_off + pair_base * N, static_cast<long long>(rows) * N * sizeof(CK));
   }
