@@ -3,8 +3,9 @@
 // non-flushing and in a flushing window, the eager speculative baseline (mamba2_eager_verify / gdn_eager_verify,
 // T states written) and the standard replay step of the same geometry (mamba2_replay_step / gdn_replay_step, inner
 // route); separate cases time spec_commit. From those it derives the amortised verify at acceptance p, µs per
-// accepted token, achieved bandwidth against the copy and read-only ceilings measured at start-up, and the ratios of
-// issue 12's targets, which it prints as a table at the end. Not a correctness test (tests/gpu/ is).
+// accepted token, achieved bandwidth against the copy and read-only ceilings measured at start-up (and the eager
+// baseline against a fan-out ceiling of its own traffic, one read and T writes: ceiling/fan_out/window:T), and the
+// ratios of issue 12's targets, which it prints as a table at the end. Not a correctness test (tests/gpu/ is).
 //
 //   bench_spec_cuda [--only=mamba2|gdn] [--mamba2-preset=NAME] [--gdn-preset=NAME] [--p=0.7] [--verify-heads=N]
 //                   [--gdn-l2-ahead=N] [--gdn-fold-tune] [--smoke] [--once] [google benchmark flags]
@@ -181,6 +182,52 @@ Traffic replay_traffic(const Config& c) {
   return traffic(c.fam == Fam::Mamba2 ? g_mamba2 : g_gdn, tp);
 }
 
+// ---- the eager baseline's own ceiling: one read, T writes ----
+
+// The copy ceiling moves one byte written per byte read; the eager speculative baseline writes T per byte read. This
+// kernel has that traffic and nothing else: n 16-byte vectors read once (streaming) and each stored to T buffers, so
+// the share of it the eager verify reaches says how much of its gap to the copy ceiling is the kernel's.
+__global__ void fan_out(const uint4* src, size_t n, uint4* dst, int T) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcs(src + i);
+    for (int t = 0; t < T; ++t) __stcs(dst + t * n + i, v);
+  }
+}
+
+std::map<int, double> g_fanout_GBps;  // per window T: GB/s counting bytes read plus written, best of 10
+
+// Measured once per window at start-up, as the copy and read-only ceilings are (1 GiB read, T GiB written).
+void measure_fanout(const std::vector<int>& windows, bool smoke) {
+  const size_t bytes = smoke ? (16ull << 20) : (1ull << 30);
+  const int T_max = *std::max_element(windows.begin(), windows.end());
+  Dev<uint8_t> src(bytes), dst(bytes * T_max);
+  CUDA_CHECK(cudaMemset(src.p, 1, bytes));
+  CUDA_CHECK(cudaMemset(dst.p, 2, bytes * T_max));
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreate(&s));
+  Events ev;
+  int sms = 0;
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  for (int T : windows) {
+    float best = 1e30f;
+    for (int i = 0; i < 11; ++i) {
+      const float ms = ev.ms(s, [&] {
+        fan_out<<<sms * 8, 512, 0, s>>>(reinterpret_cast<const uint4*>(src.p), bytes / 16,
+                                        reinterpret_cast<uint4*>(dst.p), T);
+        CUDA_CHECK_LAUNCH(s);
+      });
+      if (i > 0) best = std::min(best, ms);  // the first one warms up
+    }
+    g_fanout_GBps[T] = (1.0 + T) * bytes / (best * 1e-3) / 1e9;
+  }
+  CUDA_CHECK(cudaStreamDestroy(s));
+}
+
+double fanout_GBps(int T) {
+  const auto it = g_fanout_GBps.find(T);
+  return it == g_fanout_GBps.end() ? 0 : it->second;
+}
+
 // ---- derived figures: the same code for a repetition's counters and for the end-of-run targets ----
 
 struct Times {  // seconds per launch
@@ -229,6 +276,7 @@ std::vector<std::pair<std::string, double>> derive(const Config& c, const Times&
       {"verify_of_copy", ratio(GBps(bn, t.verify), g_copy_GBps)},
       {"verify_flush_of_copy", ratio(GBps(bf, t.verify_flush), g_copy_GBps)},
       {"eager_of_copy", ratio(GBps(be, t.eager), g_copy_GBps)},
+      {"eager_of_fanout", ratio(GBps(be, t.eager), fanout_GBps(c.window))},
       {"replay_amortised_of_read", ratio(GBps(tr.batch_amortised, t.replay_amortised), g_read_GBps)},
       // Issue 12's targets: verify (amortised, as a serving step is) over the standard replay step (amortised),
       // and the eager baseline over the verify; the non-flush pairs beside them.
@@ -557,6 +605,8 @@ void add(const std::string& name, F f) {
   else b->Iterations(10)->Repetitions(5)->ReportAggregatesOnly(true);
 }
 
+std::vector<int> sweep_windows() { return g_opt.smoke ? std::vector<int>{2, 4} : std::vector<int>{2, 4, 6, 8}; }
+
 void register_all() {
   for (bool copy : {true, false}) {
     auto* b = benchmark::RegisterBenchmark(copy ? "ceiling/copy_d2d" : "ceiling/read_only",
@@ -564,7 +614,17 @@ void register_all() {
     b->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(1);
   }
   const std::vector<int> batches = g_opt.smoke ? std::vector<int>{1, 3} : std::vector<int>{64, 256};
-  const std::vector<int> windows = g_opt.smoke ? std::vector<int>{2, 4} : std::vector<int>{2, 4, 6, 8};
+  const std::vector<int> windows = sweep_windows();
+  for (int T : windows) {
+    auto* b = benchmark::RegisterBenchmark(("ceiling/fan_out/window:" + std::to_string(T)).c_str(),
+                                           [T](benchmark::State& st) {
+                                             const double bytes = (1.0 + T) * (g_opt.smoke ? (16ull << 20) : (1ull << 30));
+                                             for (auto _ : st) st.SetIterationTime(bytes / (fanout_GBps(T) * 1e9));
+                                             st.counters["bytes"] = bytes;
+                                             st.counters["GBps"] = fanout_GBps(T);
+                                           });
+    b->UseManualTime()->Unit(benchmark::kMicrosecond)->Iterations(1)->Repetitions(1);
+  }
   for (Fam f : {Fam::Mamba2, Fam::GDN}) {
     if ((f == Fam::Mamba2 && g_opt.only == "gdn") || (f == Fam::GDN && g_opt.only == "mamba2")) continue;
     for (int b : batches)
@@ -624,7 +684,8 @@ void print_targets() {
     std::snprintf(buf, sizeof buf, "%.2fx (eager %.1f us; published %.0f / %.0f = %.2fx)", d["ratio_eager_over_verify"],
                   d["us_eager_verify"], pub.eager, pub.verify, pub.eager / pub.verify);
     line(who + "replay verify >= 4.5x faster than our eager verify", ran, d["ratio_eager_over_verify"] >= 4.5, buf);
-    std::snprintf(buf, sizeof buf, "%.0f%% of copy ceiling %.0f GB/s", 100 * d["eager_of_copy"], g_copy_GBps);
+    std::snprintf(buf, sizeof buf, "%.0f%% of copy ceiling %.0f GB/s (%.0f%% of the fan-out ceiling, 1 read + %d writes: "
+                  "%.0f GB/s)", 100 * d["eager_of_copy"], g_copy_GBps, 100 * d["eager_of_fanout"], T, fanout_GBps(T));
     line(who + "eager verify baseline >= 90% of the copy ceiling", ran, d["eager_of_copy"] >= 0.9, buf);
     std::snprintf(buf, sizeof buf, "verify %.1f us, eager %.1f us, standard replay %.1f us per accepted token",
                   d["us_per_token"], d["us_eager_per_token"], d["us_replay_amortised"]);
@@ -714,6 +775,7 @@ int main(int argc, char** argv) {
     int driver = 0;
     CUDA_CHECK(cudaDriverGetVersion(&driver));
     measure_ceilings(g_opt.smoke);
+    measure_fanout(sweep_windows(), g_opt.smoke);
     benchmark::AddCustomContext("gpu", prop.name);
     benchmark::AddCustomContext("sms", std::to_string(prop.multiProcessorCount));
     benchmark::AddCustomContext("cuda_driver", std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10));
@@ -722,6 +784,8 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("gdn_geometry", g_gdn.geometry_string());
     benchmark::AddCustomContext("copy_ceiling_GBps", std::to_string(g_copy_GBps));
     benchmark::AddCustomContext("read_ceiling_GBps", std::to_string(g_read_GBps));
+    for (const auto& [T, GBps] : g_fanout_GBps)
+      benchmark::AddCustomContext("fanout_ceiling_GBps_T" + std::to_string(T), std::to_string(GBps));
     benchmark::AddCustomContext("interval", std::to_string(g_opt.interval));
     benchmark::AddCustomContext("mamba2_verify_heads_per_cta",
                                 g_opt.verify_heads == 0 ? "launcher's pick" : std::to_string(g_opt.verify_heads));
@@ -736,8 +800,9 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("method", "CUDA graph of n x [256 MiB memset, cursor set, launch] minus the graph "
                                           "without the launch, per launch; L2 flushed before every launch; fp32 "
                                           "state, bf16 activations, outputs and ring; real_time = non-flush verify");
-    std::printf("bench_spec_cuda: %s, Mamba-2 %s, GDN %s, ceilings copy %.0f GB/s, read-only %.0f GB/s\n", prop.name,
-                g_mamba2.geometry_string().c_str(), g_gdn.geometry_string().c_str(), g_copy_GBps, g_read_GBps);
+    std::printf("bench_spec_cuda: %s, Mamba-2 %s, GDN %s, ceilings copy %.0f GB/s, read-only %.0f GB/s, fan-out (1 read + "
+                "4 writes) %.0f GB/s\n", prop.name, g_mamba2.geometry_string().c_str(), g_gdn.geometry_string().c_str(),
+                g_copy_GBps, g_read_GBps, fanout_GBps(4));
     register_all();
     int n = static_cast<int>(rest.size());
     benchmark::Initialize(&n, rest.data());

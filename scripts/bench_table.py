@@ -105,10 +105,12 @@ def spec_table(path):
            f"commit {str(ctx.get('git_commit', '?'))[:10]}; Mamba-2 {ctx.get('mamba2_geometry', '?')}, GDN "
            f"{ctx.get('gdn_geometry', '?')}; interval {ctx.get('interval', '?')}, hist = interval + T, acceptance "
            f"p = {float(ctx.get('p', 'nan')):.2f}, non-flush verify at fill {ctx.get('nonflush_fill', '?')}; ceilings "
-           f"measured in the same run: copy {copy:.0f} GB/s, read-only {read:.0f} GB/s", "",
+           f"measured in the same run: copy {copy:.0f} GB/s, read-only {read:.0f} GB/s"
+           + (f", fan-out (1 read + 4 writes) {float(ctx['fanout_ceiling_GBps_T4']):.0f} GB/s"
+              if "fanout_ceiling_GBps_T4" in ctx else ""), "",
            "| family | batch | T | µs/verify | flush | amortised | µs/accepted token | eager verify | eager / verify "
-           "| standard replay | verify / standard | verify % of read | eager % of copy |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+           "| standard replay | verify / standard | verify % of read | eager % of copy | eager % of fan-out |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     cases = []
     for key, b in rows.items():
         m = re.match(r"^(mamba2|gdn)/T:(\d+)(/fold:fma)?/batch:(\d+)$", key)
@@ -120,7 +122,8 @@ def spec_table(path):
                    f"| {b.get('us_verify_amortised', 0):.1f} | {b.get('us_per_token', 0):.1f} "
                    f"| {b.get('us_eager_verify', 0):.1f} | {b.get('ratio_eager_over_verify', 0):.2f}x "
                    f"| {b.get('us_replay_amortised', 0):.1f} | {b.get('ratio_verify_over_replay', 0):.2f}x "
-                   f"| {b.get('verify_of_read', 0):.0%} | {b.get('eager_of_copy', 0):.0%} |")
+                   f"| {b.get('verify_of_read', 0):.0%} | {b.get('eager_of_copy', 0):.0%} "
+                   f"| {format(b['eager_of_fanout'], '.0%') if b.get('eager_of_fanout') else '—'} |")
     out += ["", "Batch 256, T = 4, ours beside the published kernels (µs; verify amortised at p; standard replay "
             "amortised at the interval):", "",
             "| family | eager verify | replay verify | standard replay | eager / verify | verify / standard |",
