@@ -348,12 +348,17 @@ void dispatch_verify(const Mamba2VerifyLaunch& l, int ptiles, cudaStream_t strea
 
 // ---------------------------------------------------------------------------------------------------------------
 // The eager speculative baseline: the tile of draft d_cur in registers, stepped through the T positions as
-// mamba2_eager_kernel steps one, each state stored into its draft (T full states written per verify).
+// mamba2_eager_kernel steps one, each state stored into its draft (T full states written per verify). The tile's
+// first chunk is loaded before the window's inputs are staged, and each next chunk's loads are issued before the
+// current chunk's T positions are stepped (they read other rows, so no store of this chunk can alias them): the
+// stream is never without loads in flight while a chunk's 4·T stores go out. The chunk's rows are reduced together
+// per position (reduce_scatter: row_sum's tree, so the same sums).
 constexpr int kEagerVerifyMaxRows = 128;
 
 template <class S, class A>
 __global__ void __launch_bounds__(kThreads) mamba2_eager_verify_kernel(Mamba2EagerVerifyLaunch l, int ptiles) {
   constexpr int kVec = StateVec<S>::kVec;
+  constexpr int R = kVerifyRows;
   extern __shared__ float4 smem4[];
   float* sm = reinterpret_cast<float*>(smem4);
   const Mamba2StepArgs& a = l.step;
@@ -370,6 +375,9 @@ __global__ void __launch_bounds__(kThreads) mamba2_eager_verify_kernel(Mamba2Eag
   const long long draft = static_cast<long long>(H) * P * N;  // one draft state of the slot
   S* base = static_cast<S*>(l.d_state) + static_cast<long long>(slot) * T * draft + static_cast<long long>(h) * P * N +
             lay.c * kVec;
+  const S* src = base + cur * draft;
+  uint4 q[kMaxRows];
+  load_chunk<S, R>(q, src, lay, p_begin, p_end, N);  // first: only the slot and the cursor address it
   const int g = h / hpg, n4 = (N + 3) & ~3, r4 = (tile_rows + 3) & ~3;
   // Shared: B_s, C_s [T][n4]; x_s, D, gate [T][r4]; Δ_s, decay_s [T].
   float* sB = sm;
@@ -404,34 +412,42 @@ __global__ void __launch_bounds__(kThreads) mamba2_eager_verify_kernel(Mamba2Eag
   __syncthreads();
   const long long ys = or_default(a.y_stride, static_cast<long long>(H) * P);
   const bool y_bf16 = a.y_format == Format::BF16;
-  for (int p0 = p_begin; p0 < p_end; p0 += kVerifyRows * lay.rpp) {
-    uint4 q[kMaxRows];
-    // Every row of the chunk is loaded from draft `cur` before any draft (cur included) is written.
-    load_chunk<S, kVerifyRows>(q, base + cur * draft, lay, p0, p_end, N);
+  const int chunk = R * lay.rpp;
+  for (int p0 = p_begin; p0 < p_end; p0 += chunk) {
+    float v[R][kVec];
+    int pl[R];
 #pragma unroll
-    for (int u = 0; u < kVerifyRows; ++u) {
-      const int p = p0 + u * lay.rpp + lay.rsub;
-      const int pl = min(p, p_end - 1) - p_begin;
-      float v[kVec];
-      StateVec<S>::unpack(q[u], v);
-      for (int s = 0; s < T; ++s) {
-        const float dx = sdel[s] * sx[s * r4 + pl];
-        const float* Bv = sB + s * n4 + lay.c * kVec;
-        const float* Cv = sC + s * n4 + lay.c * kVec;
+    for (int u = 0; u < R; ++u) {
+      StateVec<S>::unpack(q[u], v[u]);  // rows past the tile hold zeros; their results are dropped
+      pl[u] = min(p0 + u * lay.rpp + lay.rsub, p_end - 1) - p_begin;
+    }
+    if (p0 + chunk < p_end) load_chunk<S, R>(q, src, lay, p0 + chunk, p_end, N);  // in flight while this one steps
+    for (int s = 0; s < T; ++s) {
+      const float* Bv = sB + s * n4 + lay.c * kVec;
+      const float* Cv = sC + s * n4 + lay.c * kVec;
+      const float dec = sdec[s], del = sdel[s];
+      float acc[R];
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) v[k] = fmaf(sdec[s], v[k], dx * Bv[k]);
-        if (p < p_end) StateVec<S>::store(base + s * draft + static_cast<long long>(p) * N, v);  // v: stored values
-        float acc = 0.0f;
+      for (int u = 0; u < R; ++u) {
+        const int p = p0 + u * lay.rpp + lay.rsub;
+        const float dx = del * sx[s * r4 + pl[u]];
 #pragma unroll
-        for (int k = 0; k < kVec; ++k) acc = fmaf(v[k], Cv[k], acc);
-        acc = row_sum(acc, lay.lanes);
-        if (lay.c == 0 && p < p_end) {
-          float out = acc + sd[s * r4 + pl] * sx[s * r4 + pl];
-          if (a.d_z) out = out * sg[s * r4 + pl];
+        for (int k = 0; k < kVec; ++k) v[u][k] = fmaf(dec, v[u][k], dx * Bv[k]);
+        if (p < p_end) StateVec<S>::store(base + s * draft + static_cast<long long>(p) * N, v[u]);  // stored values
+        acc[u] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) acc[u] = fmaf(v[u][k], Cv[k], acc[u]);
+      }
+      reduce_scatter_each<R>(acc, lay.lanes, [&](int u, float dot) {
+        const int p = p0 + u * lay.rpp + lay.rsub;
+        if (p < p_end) {
+          const int pu = p - p_begin;
+          float out = dot + sd[s * r4 + pu] * sx[s * r4 + pu];
+          if (a.d_z) out = out * sg[s * r4 + pu];
           const long long rr = static_cast<long long>(row) * T + s;
           store_y(a.d_y, rr * ys + static_cast<long long>(h) * P + p, y_bf16, out);
         }
-      }
+      });
     }
   }
 }
