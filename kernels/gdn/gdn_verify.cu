@@ -666,23 +666,6 @@ __global__ void __launch_bounds__(kThreads, 8) gdn_eager_verify_kernel(GdnEagerV
   const int span = kThreads / (K / kVec) * kUnroll;
   const int ahead = l.l2_ahead >= 0 ? (l.l2_ahead + 2) * span : 0;  // the prefetch window's end, rows past a chunk
   prefetch_rows(pool + cur * draft, K, v_begin, l.l2_ahead < 0 ? v_end : min(v_end, v_begin + ahead));
-  const int lanes = K / kVec, rows_per_pass = kThreads / lanes;
-  const int c = threadIdx.x % lanes, rsub = threadIdx.x / lanes;
-  const S* src = pool + cur * draft + c * kVec;
-  // fp32 states: the next chunk's loads are issued before this chunk's T positions are stepped (raw 16-byte vectors,
-  // unpacked when used): they read other rows than this chunk stores, and the stream keeps loads in flight under the
-  // T·kUnroll stores of each chunk instead of waiting for a chunk's loads after them. 16-bit states (twice the
-  // elements a vector) load each chunk when they reach it: a second chunk spilled 150-360 bytes under the cap.
-  constexpr bool kAhead = sizeof(S) == 4;
-  uint4 qa[kUnroll];
-  const auto load_raw = [&](int i0, uint4 (&q)[kUnroll]) {
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int i = i0 + u * rows_per_pass + rsub;
-      q[u] = i < v_end ? ldcs_vec(src + static_cast<long long>(i) * K) : make_uint4(0, 0, 0, 0);
-    }
-  };
-  if constexpr (kAhead) load_raw(v_begin, qa);  // the first chunk: only the slot and the cursor address it
   const int ldk = up4(K);
   float* s_q = smem;                 // [T][ldk]
   float* s_k = s_q + T * ldk;        // [T][ldk]
@@ -703,20 +686,25 @@ __global__ void __launch_bounds__(kThreads, 8) gdn_eager_verify_kernel(GdnEagerV
   }
   normalise_window<A, TP>(a, row, T, h / vpk, ldk, s_q, s_k, nullptr, s_red);  // ends in a barrier
 
+  const int lanes = K / kVec, rows_per_pass = kThreads / lanes;
+  const int c = threadIdx.x % lanes, rsub = threadIdx.x / lanes;
   const long long os = or_default(a.o_stride, static_cast<long long>(HV) * V);
   const bool o_bf16 = a.o_format == Format::BF16;
-
+  const S* src = pool + cur * draft + c * kVec;
   for (int i0 = v_begin; i0 < v_end; i0 += span) {
     if (ahead > 0 && i0 != v_begin) prefetch_rows(pool + cur * draft, K, i0 + ahead - span, min(i0 + ahead, v_end));
     float s[kUnroll][kVec];
     int il[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) il[u] = min(i0 + u * rows_per_pass + rsub, v_end - 1) - v_begin;
-    if constexpr (!kAhead) load_raw(i0, qa);  // every load of the chunk before any store: draft d_cur is overwritten
+    for (int u = 0; u < kUnroll; ++u) {  // every load of the batch before any store: draft d_cur is overwritten
+      const int i = i0 + u * rows_per_pass + rsub;
+      il[u] = min(i, v_end - 1) - v_begin;
+      if (i < v_end) {
+        StateVec<S>::load(src + static_cast<long long>(i) * K, s[u]);
+      } else {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) StateVec<S>::unpack(qa[u], s[u]);  // rows past the tile: zeros, results dropped
-    if constexpr (kAhead) {
-      if (i0 + span < v_end) load_raw(i0 + span, qa);
+        for (int e = 0; e < kVec; ++e) s[u][e] = 0.0f;
+      }
     }
     for (int p = 0; p < T; ++p) {
       float kv[kVec], qv[kVec];
@@ -744,11 +732,13 @@ __global__ void __launch_bounds__(kThreads, 8) gdn_eager_verify_kernel(GdnEagerV
 #pragma unroll
         for (int e = 0; e < kVec; ++e) dq[u] = fmaf(s[u][e], qv[e], dq[u]);
       }
-      // The outputs need each sum on one lane only: reduce_scatter (row_sum's tree, about kUnroll shuffles).
-      reduce_scatter_each<kUnroll, kL>(dq, lanes, [&](int u, float sum) {
+      row_sums<kUnroll, kL>(dq, lanes);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
         const int i = i0 + u * rows_per_pass + rsub;
-        if (i < v_end) store_o(a.d_o, static_cast<long long>(row * T + p) * os + static_cast<long long>(h) * V + i, o_bf16, sum);
-      });
+        if (c == 0 && i < v_end)
+          store_o(a.d_o, static_cast<long long>(row * T + p) * os + static_cast<long long>(h) * V + i, o_bf16, dq[u]);
+      }
     }
   }
 }
