@@ -15,8 +15,8 @@ benchmark writes) gets spec_table's layout instead, --gdn-fold-tune's FFMA twins
 A/B calls (benchmarks/experiments/README.md, scripts/ab_relink.sh): each argument is one build's runs from the same
 device call, comma-separated (repeats of an alternating call); per case, each run's median, their mean, and the mean
 over the first build's (the baseline). Cases are those every build measured, optionally matching REGEX. A
-bench_spec_cuda case (real time: the non-flushing verify window) adds "CASE [verify flush]" and "CASE [verify
-amortised]" from its counters.
+bench_spec_cuda case (real time: the non-flushing verify window) adds "CASE [verify flush]", "CASE [verify
+amortised]" and "CASE [eager verify]" from its counters.
 """
 import json
 import re
@@ -144,7 +144,8 @@ def spec_table(path):
 
 # bench_spec_cuda counters (µs) that --ab shows as cases of their own, beside the case's real time (the non-flushing
 # verify window).
-SPEC_AB_COUNTERS = [("us_verify_flush", "[verify flush]"), ("us_verify_amortised", "[verify amortised]")]
+SPEC_AB_COUNTERS = [("us_verify_flush", "[verify flush]"), ("us_verify_amortised", "[verify amortised]"),
+                    ("us_eager_verify", "[eager verify]")]
 
 
 def medians_of(path):

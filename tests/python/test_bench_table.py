@@ -100,7 +100,7 @@ def test_committed_mamba2_verify_fold_ab_shows_the_flush():
     out = bench_table.ab_table([old, new], pattern=r"^mamba2/T:4/batch:256")
     rows = {line.split("|")[1].strip(" `"): line for line in out.splitlines() if line.startswith("| `")}
     assert set(rows) == {"mamba2/T:4/batch:256", "mamba2/T:4/batch:256 [verify flush]",
-                         "mamba2/T:4/batch:256 [verify amortised]"}
+                         "mamba2/T:4/batch:256 [verify amortised]", "mamba2/T:4/batch:256 [eager verify]"}
     assert "1074.0 / 1071.8" in rows["mamba2/T:4/batch:256 [verify flush]"]
     assert rows["mamba2/T:4/batch:256 [verify amortised]"].rstrip(" |").endswith("0.921")
 
@@ -139,6 +139,35 @@ def test_committed_flush_staged_archive(tmp_path):
     assert flush.rstrip(" |\n").endswith("0.956")
     amortised = bench_table.ab_table(builds, pattern=r"^replay_g/fp32/K16/amortised/batch:256$")
     assert amortised.rstrip(" |\n").endswith("1.002")
+
+
+def test_committed_eager_verify_archive(tmp_path):
+    """The eager speculative verify's H100 A/B (benchmarks/experiments/eager_verify_ab.*): the eager verify is a row of
+    its own, and the ratios the READMEs quote (Mamba-2 kept, GDN level) come from the archive."""
+    import tarfile
+    with tarfile.open(ROOT / "benchmarks" / "experiments" / "eager_verify_ab.e626d77.h100.tar.gz") as t:
+        t.extractall(tmp_path, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+
+    def runs(name):
+        return [str(tmp_path / "ab" / f"{name}.{i}.json") for i in (1, 2)]
+
+    m2 = bench_table.ab_table([runs("bench_spec_cuda_m2old"), runs("bench_spec_cuda"), runs("bench_spec_cuda_m2cap6")],
+                              pattern=r"^mamba2/T:4/batch:256")
+    eager = [ln for ln in m2.splitlines() if "[eager verify]" in ln]
+    assert len(eager) == 1 and "| 2019.3 / 2019.2 | 1940.7 / 1940.7 |" in eager[0] and "| 0.961 | 0.964 |" in eager[0]
+    gdn = bench_table.ab_table([runs("bench_spec_cuda_gdnold"), runs("bench_spec_cuda_g"), runs("bench_spec_cuda_gdncap7")],
+                               pattern=r"^gdn/T:4/batch:256")
+    assert "| 1.000 | 0.995 |" in [ln for ln in gdn.splitlines() if "[eager verify]" in ln][0]
+
+
+def test_spec_table_shows_the_fan_out_ceiling():
+    """bench_spec_cuda at 971a251 (H100): the fan-out ceiling in the header and the eager baseline's share of it in the
+    last column (the README quotes 92% of copy, 101% of fan-out); files from before it show a dash there."""
+    out = bench_table.spec_table(str(ROOT / "benchmarks" / "runs" / "spec-bench.971a251.h100.json"))
+    assert "fan-out (1 read + 4 writes) 2771 GB/s" in out
+    assert any(ln.startswith("| mamba2 | 256 | 4 | 456.4 |") and ln.endswith("| 92% | 101% |") for ln in out.splitlines())
+    old = bench_table.spec_table(str(ROOT / "benchmarks" / "experiments" / "gdn_verify_mma.cap.1.h200.json"))
+    assert all(ln.endswith("| — |") for ln in old.splitlines() if ln.startswith("| gdn |"))
 
 
 def test_help_prints_the_usage():
