@@ -351,7 +351,7 @@ void dispatch_verify(const Mamba2VerifyLaunch& l, int ptiles, cudaStream_t strea
 // mamba2_eager_kernel steps one, each state stored into its draft (T full states written per verify). The tile's
 // first chunk is loaded before the window's inputs are staged, and each next chunk's loads are issued before the
 // current chunk's T positions are stepped (they read other rows, so no store of this chunk can alias them): the
-// stream is never without loads in flight while a chunk's 4·T stores go out. The chunk's rows are reduced together
+// stream is never without loads in flight while a chunk's R·T stores go out. The chunk's rows are reduced together
 // per position (reduce_scatter: row_sum's tree, so the same sums).
 constexpr int kEagerVerifyMaxRows = 128;
 
