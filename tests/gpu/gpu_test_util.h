@@ -41,8 +41,9 @@ inline bool have_device() {
 // The sanitizers' scope. compute-sanitizer's racecheck and initcheck slow the kernels down so far that the whole GPU
 // suite does not finish in a device call (benchmarks/runs/sanitize.h200.txt); with REPLAYSSM_GPU_TESTS=one-per-kernel
 // in the environment (scripts/gpu_sanitize.sh passes it on) a kernel-level case is skipped when an earlier case of the
-// process differed from it only in its interval, read as a class: K = 1 (every step flushes) or K > 1 (non-flush and
-// flush steps; the loops reach K = 4 first). Every other field of the case's name (geometry, kind, route, formats,
+// process differed from it only in its interval, read as a class: K = 1 (every step flushes), K = 8 or 16 (the
+// grouped Mamba-2 kernel's fp32 flush is compiled for these two apart, with B in registers and its chunks through
+// shared-memory stages: the loops reach K = 8 first), or any other K > 1 (the generic fold; K = 4 first). Every other field of the case's name (geometry, kind, route, formats,
 // kernel variant and shape, flush arithmetic, rounding) still runs once, so every kernel configuration the suite
 // reaches is checked once. Unset, empty or "all": every case runs. Any other value throws, so that a misspelt scope
 // does not silently run the whole suite under a sanitizer.
@@ -52,12 +53,13 @@ inline bool one_per_kernel_scope() {
   if (std::strcmp(v, "one-per-kernel") == 0) return true;
   throw std::runtime_error(std::string("REPLAYSSM_GPU_TESTS: unknown scope '") + v + "' (all, one-per-kernel)");
 }
-// A case's key under that scope: its name with " K=<n>" as " K=1" or " K>1".
+// A case's key under that scope: its name with " K=<n>" as " K=1", " K=8|16" or " K>1".
 inline std::string kernel_config_key(const std::string& case_name) {
   static const std::regex k_eq(R"( K=(\d+))");
   std::smatch m;
   if (!std::regex_search(case_name, m, k_eq)) return case_name;
-  return m.prefix().str() + (m[1].str() == "1" ? " K=1" : " K>1") + m.suffix().str();
+  const std::string k = m[1].str();
+  return m.prefix().str() + (k == "1" ? " K=1" : k == "8" || k == "16" ? " K=8|16" : " K>1") + m.suffix().str();
 }
 // True when the case should be skipped: the scope is one-per-kernel and its key has run before in this process.
 inline bool repeats_a_kernel_config(const std::string& case_name) {

@@ -733,7 +733,9 @@ TEST_CASE("mamba2 cuda launchers reject bad launch structs with a message naming
 // Host-only: needs no device, so it runs wherever the GPU test binary builds.
 TEST_CASE("gpu tests' one-per-kernel scope: the interval read as a class, other fields kept, a bad scope refused",
           "[gpu][scope]") {
-  CHECK(kernel_config_key("super-120b replay state=fp32 K=16 act=bf16 z") == "super-120b replay state=fp32 K>1 act=bf16 z");
+  CHECK(kernel_config_key("super-120b replay state=fp32 K=16 act=bf16 z") == "super-120b replay state=fp32 K=8|16 act=bf16 z");
+  CHECK(kernel_config_key("super-120b replay state=fp32 K=32 act=bf16 z") == "super-120b replay state=fp32 K>1 act=bf16 z");
+  CHECK(kernel_config_key("small replay state=fp32 K=160") == "small replay state=fp32 K>1");
   CHECK(kernel_config_key("small dual state=fp32+bf16 K=1 act=bf16") == "small dual state=fp32+bf16 K=1 act=bf16");
   CHECK(kernel_config_key("small eager state=bf16 act=fp32") == "small eager state=bf16 act=fp32");
   const char* before = std::getenv("REPLAYSSM_GPU_TESTS");
@@ -746,6 +748,8 @@ TEST_CASE("gpu tests' one-per-kernel scope: the interval read as a class, other 
   CHECK_FALSE(repeats_a_kernel_config("scope-test replay state=fp32 K=4"));  // every case runs by default
   setenv("REPLAYSSM_GPU_TESTS", "one-per-kernel", 1);
   CHECK_FALSE(repeats_a_kernel_config("scope-test replay state=fp32 K=4"));
+  CHECK(repeats_a_kernel_config("scope-test replay state=fp32 K=32"));
+  CHECK_FALSE(repeats_a_kernel_config("scope-test replay state=fp32 K=8"));  // the register-B flush's class
   CHECK(repeats_a_kernel_config("scope-test replay state=fp32 K=16"));
   CHECK_FALSE(repeats_a_kernel_config("scope-test replay state=fp32 K=1"));
   CHECK_FALSE(repeats_a_kernel_config("scope-test replay state=bf16 K=16"));
