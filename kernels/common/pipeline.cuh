@@ -60,20 +60,6 @@ __device__ inline void copy16_async(void* dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
 }
 
-// copy16_async that writes 16 zero bytes and reads nothing when `full` is false (a row past the tile's end; src
-// must still be a valid address).
-__device__ inline void copy16_async_zfill(void* dst, const void* src, bool full) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(full ? 16 : 0)
-               : "memory");
-}
-// Closes the thread's copies issued since the last commit into one group (an empty group counts too).
-__device__ inline void commit_async_group() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-// Waits until at most kPending of the thread's committed groups are still in flight (the oldest are complete).
-template <int kPending>
-__device__ inline void wait_async_groups() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
-
 // An 8-byte asynchronous copy (for pieces too small or too scattered for a bulk copy); `arrive_after_copies`
 // makes the thread's arrival on a barrier wait for every such copy it issued before.
 __device__ inline void copy8_async(void* dst, const void* src) {

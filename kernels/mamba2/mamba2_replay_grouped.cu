@@ -48,23 +48,11 @@ constexpr int kReadRows = 8;           // non-flush stream: state rows per threa
 constexpr int kStreamRows = 4;         // 16-bit flush: rows per thread per chunk (next chunk's loads in flight)
 constexpr int kFlushRows32 = 2;        // fp32 flush: rows per thread per chunk (4 spill under the 128 cap)
 constexpr int kMaxGroupHeads = 16;     // heads per CTA: per-pair arrays and weights in shared memory
-constexpr int kFlushStages = 4;        // register-B flush: state chunks in shared-memory stages (FlushStages)
-
-// The fp32 flush whose fold keeps B_e in registers (grouped_flush_head's kE > 0): an fp32 update copy, interval 8 or
-// 16 (the entry count fixed at compile time), not the split-head shape.
-__host__ __device__ inline bool grouped_reg_fold(bool ck32, int interval, bool small) {
-  return ck32 && !small && (interval == 8 || interval == 16);
-}
-// Floats of that flush's stages: kFlushStages chunks of kFlushRows32 16-byte vectors a thread.
-__host__ __device__ inline int grouped_stage_floats(bool reg_fold) {
-  return reg_fold ? kFlushStages * kFlushRows32 * kThreads * 4 : 0;
-}
 
 // Shared memory in floats. Pairs q = hl·rows + pl, hl < hc, pl < rows.
 struct GroupedSmem {
   int N, E, hc, rows;
   int spec = 0;  // kSmall: ring entries read ahead of the cursor (interval − 1), else 0
-  int stages = 0;  // grouped_stage_floats: the register-B flush's chunk stages, after everything else
   __host__ __device__ static int up4(int n) { return (n + 3) & ~3; }
   __host__ __device__ int E4() const { return up4(E); }
   __host__ __device__ int np() const { return hc * rows; }
@@ -91,20 +79,17 @@ struct GroupedSmem {
   __host__ __device__ int mma_ks() const { return (E + 15) / 16; }
   __host__ __device__ int off_mma_a() const { return off_B(); }
   __host__ __device__ int off_mma_b() const { return off_B() + mma_a_floats(mma_ks()); }
-  __host__ __device__ int off_stage() const {
+  __host__ __device__ int floats() const {
     const int fma = off_sx() + spec * rows8() / 2, mma = off_mma_b() + mma_b_floats(mma_ks(), rows);
-    return up4(fma > mma ? fma : mma);
+    return fma > mma ? fma : mma;
   }
-  __host__ __device__ int floats() const { return off_stage() + stages; }
 };
 
 // Split heads (one head per CTA in several P-tiles: the small-batch shape) read the ring ahead of the cursor.
 inline bool grouped_small(int hc, int ptiles) { return hc == 1 && ptiles > 1; }
 
-inline GroupedSmem grouped_smem(const Mamba2Dims& d, int interval, int hc, int ptiles, bool ck32) {
-  const bool small = grouped_small(hc, ptiles);
-  return GroupedSmem{d.N, interval, hc, (d.P + ptiles - 1) / ptiles, small ? interval - 1 : 0,
-                     grouped_stage_floats(grouped_reg_fold(ck32, interval, small))};
+inline GroupedSmem grouped_smem(const Mamba2Dims& d, int interval, int hc, int ptiles) {
+  return GroupedSmem{d.N, interval, hc, (d.P + ptiles - 1) / ptiles, grouped_small(hc, ptiles) ? interval - 1 : 0};
 }
 
 // What the stream phase needs.
@@ -113,37 +98,6 @@ struct GroupedCtx {
   long long slot_off, pair_base;  // the slot's first element in a [pool, H, P, N] copy; pair 0 = (h0, p_begin)
   long long y0;                   // y index of pair 0
   bool y_bf16, gated;
-};
-
-// The register-B flush's state chunks: cp.async copies into slots of shared memory that only the copying thread
-// reads, kFlushStages − 1 chunks in flight ahead of the one being folded, across head boundaries (the chunks are
-// numbered over the CTA's heads: chunk n is the (n % cph)-th of head n / cph), holding no registers while they fly.
-// Why: with the chunk in registers the fold's 64 registers of B left room for one chunk (32 bytes a thread) in
-// flight at 4 CTAs per SM, 16 KiB an SM, and the step was bound by load latency (ncu: 4.2 of 8.9 cycles per
-// issued instruction waiting on global loads). Shape: slot(n, u) = [n % kFlushStages][u][thread] 16-byte vectors.
-struct FlushStages {
-  float4* base;
-  int cph, span, rows, total;  // chunks a head, rows a chunk (kFlushRows32 passes), rows a head, chunks in all
-  __device__ float4* slot(int n, int u) const {
-    return base + ((n % kFlushStages) * kFlushRows32 + u) * kThreads + threadIdx.x;
-  }
-  // Chunk n of the run at `run` (pair 0 at the thread's lane); rows past the head's end are zero-filled. Past the
-  // last chunk an empty group keeps wait()'s count uniform.
-  __device__ void issue(const float* run, const TileLayout<float>& lay, int N, int n) const {
-    if (n < total) {
-      const int hl = n / cph, q0 = hl * rows + (n % cph) * span, left = (hl + 1) * rows - q0 - lay.rsub;
-      const float* r0 = chunk_row0(run, lay, q0, N);
-#pragma unroll
-      for (int u = 0; u < kFlushRows32; ++u) {
-        const bool in = u * lay.rpp < left;
-        pipe::copy16_async_zfill(slot(n, u), in ? r0 + u * kPassElems<float> : run, in);
-      }
-    }
-    pipe::commit_async_group();
-  }
-  // Chunk n has landed once at most kFlushStages − 1 later groups are in flight (issue(n + kFlushStages − 1) was the
-  // last committed).
-  __device__ void wait() const { pipe::wait_async_groups<kFlushStages - 1>(); }
 };
 
 // The output of pair q (pairs are contiguous in y as in the state: y index = row·ys + pair_base + q).
@@ -218,10 +172,9 @@ __device__ void grouped_read(const Mamba2StepArgs& a, const GroupedCtx& t, const
 // shared memory (one broadcast per row and 4 entries). B_e read per 4-entry block and reused over the R = 2 rows
 // of a chunk cost 4 shared-memory wavefronts per entry and warp; without them the fp32 K16 flush at batch 256 went
 // 848.5 -> 805.8 us, and it is now bound by load latency (benchmarks/experiments/README.md, "the flush's fold").
-// kE > 0 streams the head's rows through FlushStages `fs` (kE = 0 ignores it).
 template <class T, class RDT, int kLanes, int kE = 0>
 __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t, int hl, T* ck, RDT* rd,
-                                   const float* smem, const GroupedSmem& L, const FlushStages& fs) {
+                                   const float* smem, const GroupedSmem& L) {
   constexpr int R = sizeof(T) == 4 ? kFlushRows32 : kStreamRows;
   const TileLayout<T> lay(t.N);
   constexpr int kVec = TileLayout<T>::kVec;
@@ -244,22 +197,13 @@ __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t,
       breg[e][0] = v.x, breg[e][1] = v.y, breg[e][2] = v.z, breg[e][3] = v.w;
     }
   }
-  static_assert(kE == 0 || (sizeof(T) == 4 && R == kFlushRows32), "the stages hold fp32 chunks of kFlushRows32 rows");
-  uint4 qn[R];  // kE = 0: the next chunk's loads are issued before this chunk's fold: one chunk always in flight
-  if constexpr (kE == 0) load_rows<T, R>(qn, ck + run, lay, q_end, qh, t.N);
+  uint4 qn[R];  // the next chunk's loads are issued before this chunk's fold: one chunk always in flight
+  load_rows<T, R>(qn, ck + run, lay, q_end, qh, t.N);
   for (int q0 = qh; q0 < q_end; q0 += span) {
     uint4 q[R];
-    if constexpr (kE > 0) {
-      const int n = hl * fs.cph + (q0 - qh) / span;
-      fs.issue(reinterpret_cast<const float*>(ck + run), lay, t.N, n + kFlushStages - 1);
-      fs.wait();
 #pragma unroll
-      for (int u = 0; u < R; ++u) q[u] = *reinterpret_cast<const uint4*>(fs.slot(n, u));
-    } else {
-#pragma unroll
-      for (int u = 0; u < R; ++u) q[u] = qn[u];
-      if (q0 + span < q_end) load_rows<T, R>(qn, ck + run, lay, q_end, q0 + span, t.N);
-    }
+    for (int u = 0; u < R; ++u) q[u] = qn[u];
+    if (q0 + span < q_end) load_rows<T, R>(qn, ck + run, lay, q_end, q0 + span, t.N);
     float s[R][kVec], acc[R];
 #pragma unroll
     for (int u = 0; u < R; ++u) {
@@ -389,9 +333,7 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   const int tid = threadIdx.x, h0 = g * hpg + chunk * hc;
   const int tile_rows = (P + ptiles - 1) / ptiles;
   const int p_begin = tile * tile_rows, p_end = min(P, p_begin + tile_rows), rows = p_end - p_begin;
-  constexpr bool kCk32 = sizeof(CK) == 4;
-  const bool reg_fold = grouped_reg_fold(kCk32, l.interval, kSmall);
-  const GroupedSmem L{N, l.interval, hc, rows, kSmall ? l.interval - 1 : 0, grouped_stage_floats(reg_fold)};
+  const GroupedSmem L{N, l.interval, hc, rows, kSmall ? l.interval - 1 : 0};
   const int np = hc * rows, E4 = L.E4();
   constexpr bool kDual = !std::is_void<RD>::value;
   using Src = typename std::conditional<kDual, RD, CK>::type;
@@ -489,17 +431,6 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   if (tid == 0 && arrived == per_row - 1) ring_cursor_advance(l, slot, j);
   if constexpr (kDual) {
     if (flush) prefetch_l2(static_cast<const CK*>(l.d_ckpt) + slot_off + pair_base * N, static_cast<long long>(rows) * N * sizeof(CK));
-  }
-  // The register-B flush's first chunks start here, under phases B and C (FlushStages).
-  FlushStages fs{};
-  if constexpr (kCk32 && !kSmall) {
-    if (flush && reg_fold) {
-      const TileLayout<float> lay(N);
-      fs.base = reinterpret_cast<float4*>(smem + L.off_stage());
-      fs.span = kFlushRows32 * lay.rpp, fs.rows = rows, fs.cph = (rows + fs.span - 1) / fs.span, fs.total = hc * fs.cph;
-      const float* fs_run = reinterpret_cast<const float*>(l.d_ckpt) + slot_off + pair_base * N + lay.c * TileLayout<float>::kVec;
-      for (int n = 0; n < kFlushStages - 1; ++n) fs.issue(fs_run, lay, N, n);
-    }
   }
 
   // The ring's x entries of this thread's pairs on their way into L2: phase C's loads wait behind the dots' barrier,
@@ -718,15 +649,15 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
       __syncthreads();
       // Not in kSmall: there the flush is a chain of latencies, and the registers would spill its prologue.
       if constexpr (sizeof(CK) == 4 && !kSmall) {
-        if (l.interval == 16) {  // the flush folds nent = interval entries (grouped_reg_fold)
-          grouped_flush_head<CK, RDv, kLanes<CK, kN>, 16>(a, t, hl, ck, rd, smem, L, fs);
+        if (l.interval == 16) {  // the flush folds nent = interval entries
+          grouped_flush_head<CK, RDv, kLanes<CK, kN>, 16>(a, t, hl, ck, rd, smem, L);
         } else if (l.interval == 8) {
-          grouped_flush_head<CK, RDv, kLanes<CK, kN>, 8>(a, t, hl, ck, rd, smem, L, fs);
+          grouped_flush_head<CK, RDv, kLanes<CK, kN>, 8>(a, t, hl, ck, rd, smem, L);
         } else {
-          grouped_flush_head<CK, RDv, kLanes<CK, kN>>(a, t, hl, ck, rd, smem, L, fs);
+          grouped_flush_head<CK, RDv, kLanes<CK, kN>>(a, t, hl, ck, rd, smem, L);
         }
       } else {
-        grouped_flush_head<CK, RDv, kLanes<CK, kN>>(a, t, hl, ck, rd, smem, L, fs);
+        grouped_flush_head<CK, RDv, kLanes<CK, kN>>(a, t, hl, ck, rd, smem, L);
       }
       __syncthreads();
     }
@@ -738,7 +669,7 @@ void launch_grouped(const Mamba2ReplayLaunch& l, int hc, int ptiles, cudaStream_
   const Mamba2Dims& d = l.step.dims;
   const long long blocks = static_cast<long long>(l.step.batch) * (d.H / hc) * ptiles;
   if (blocks > 0x7FFFFFFFLL) bad_launch("mamba2_replay_step", "batch · H / heads_per_cta · tiles exceeds the grid limit");
-  const GroupedSmem L = grouped_smem(d, l.interval, hc, ptiles, sizeof(CK) == 4);
+  const GroupedSmem L = grouped_smem(d, l.interval, hc, ptiles);
   const size_t bytes = static_cast<size_t>(L.floats()) * sizeof(float);
   if (bytes > 227 * 1024)
     bad_launch("mamba2_replay_step", "variant 1 needs " + std::to_string(bytes) + " bytes of shared memory (over 227 KiB); "
@@ -823,7 +754,7 @@ bool mamba2_grouped_accepts(const Mamba2ReplayLaunch& l) {
   } catch (const std::exception&) {  // the shape it would refuse (P beyond a CTA's pairs)
     return false;
   }
-  const m2::GroupedSmem L = m2::grouped_smem(l.step.dims, l.interval, hc, ptiles, l.ckpt_format == Format::FP32);
+  const m2::GroupedSmem L = m2::grouped_smem(l.step.dims, l.interval, hc, ptiles);
   return static_cast<size_t>(L.floats()) * sizeof(float) <= 227 * 1024;
 }
 
