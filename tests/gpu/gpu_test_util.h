@@ -42,10 +42,10 @@ inline bool have_device() {
 // suite does not finish in a device call (benchmarks/runs/sanitize.h200.txt); with REPLAYSSM_GPU_TESTS=one-per-kernel
 // in the environment (scripts/gpu_sanitize.sh passes it on) a kernel-level case is skipped when an earlier case of the
 // process differed from it only in its interval, read as a class: K = 1 (every step flushes), K = 8 or 16 (the
-// grouped Mamba-2 kernel's fp32 flush is compiled for these two apart, with B in registers and its chunks through
-// shared-memory stages: the loops reach K = 8 first), or any other K > 1 (the generic fold; K = 4 first). Every other field of the case's name (geometry, kind, route, formats,
-// kernel variant and shape, flush arithmetic, rounding) still runs once, so every kernel configuration the suite
-// reaches is checked once. Unset, empty or "all": every case runs. Any other value throws, so that a misspelt scope
+// grouped Mamba-2 kernel's fp32 flush is compiled for these two apart, with B_e in registers: the loops reach K = 8
+// first), or any other K > 1 (the generic fold; K = 4 first). Every other field of the case's name (geometry, kind,
+// route, formats, kernel variant and shape, flush arithmetic, rounding) still runs once, so every kernel
+// configuration the suite reaches is checked once. Unset, empty or "all": every case runs. Any other value throws, so that a misspelt scope
 // does not silently run the whole suite under a sanitizer.
 inline bool one_per_kernel_scope() {
   const char* v = std::getenv("REPLAYSSM_GPU_TESTS");
