@@ -64,7 +64,7 @@ summary="$work/ab/summary.txt"
 note() { echo "$*" | tee -a "$summary"; }
 pack() { tar -C "$work" -czf "$OUT/ab.tar.gz.part" ab && mv "$OUT/ab.tar.gz.part" "$OUT/ab.tar.gz"; }
 
-note "gpu_ab: $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)," \
+note "gpu_ab: $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $(build_commit)," \
      "$rounds rounds, budget $budget s"
 note "$(command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader 2>&1 ||
          echo "nvidia-smi failed or is missing: no GPU named")"

@@ -13,6 +13,10 @@
 #        initcheck='REPLAYSSM_GPU_TESTS=one-per-kernel SANITIZER_TOOLS=initcheck scripts/gpu_sanitize.sh dist/bin/replayssm_gpu_tests "*small geometry*"'
 # Unpacks dist/ first when it holds scripts/dist_pack.sh's pack, and puts dist/lib on LD_LIBRARY_PATH and SANITIZE_LOG_DIR
 # under $OUT (default ./gpu_out). Exit 0 when every step ran and exited 0; 1 otherwise; 2 on bad arguments.
+# A call brings back at most 8 files of $OUT, none deeper than two folders (/work/.library/device/README.md); the rest
+# are dropped without a word in the call's output (two A/B archives were lost that way). So after every step, once
+# $OUT holds more than that, every file but steps.txt moves into one archive, $OUT/steps.tar.gz (rebuilt after each
+# later step, so a call cut short still returns what ran), and steps.txt says so. Here: tar xzf steps.tar.gz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 usage() { sed -n '7,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
@@ -42,8 +46,25 @@ export SANITIZE_LOG_DIR="${SANITIZE_LOG_DIR:-$OUT}"
 . scripts/dist_env.sh && dist_env || exit 1
 
 summary="$OUT/steps.txt"
+bundle="$OUT/steps.tar.gz" stage="$(mktemp -d)"
+trap 'rm -rf "$stage"' EXIT
+max_files=8
+# Moves every file under $OUT except steps.txt and the archive into $stage and rebuilds the archive from $stage, once
+# $OUT holds more than max_files files (and from then on after every step).
+bundle_if_many() {
+  local n
+  n=$(find "$OUT" -type f | wc -l)
+  [ -f "$bundle" ] || [ "$n" -gt "$max_files" ] || return 0
+  (cd "$OUT" && find . -type f ! -path ./steps.txt ! -path ./steps.tar.gz ! -path ./steps.tar.gz.tmp -print0 |
+    tar cf - --null -T - --remove-files) | tar xf - -C "$stage" || { echo "gpu_steps: could not move files into $stage" >&2; return 1; }
+  find "$OUT" -mindepth 1 -type d -empty -delete
+  tar czf "$bundle.tmp" -C "$stage" . && mv "$bundle.tmp" "$bundle" || { echo "gpu_steps: could not write $bundle" >&2; return 1; }
+  [ -n "$bundled" ] || echo "gpu_steps: more than $max_files files under \$OUT: all but steps.txt are in steps.tar.gz" | tee -a "$summary"
+  bundled=1
+}
+bundled=""
 {
-  echo "gpu_steps: $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown), budget ${budget} s"
+  echo "gpu_steps: $(date -u +%Y-%m-%dT%H:%M:%SZ) commit $(build_commit), budget ${budget} s"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
 } | tee "$summary"
 start=$SECONDS bad=0
@@ -63,5 +84,6 @@ for i in "${!names[@]}"; do
     echo "$name: exit $rc in $((SECONDS - t0)) s (log: $name.log)" | tee -a "$summary"
   fi
   [ $rc -eq 0 ] || bad=1
+  bundle_if_many || bad=1
 done
 exit $bad

@@ -76,3 +76,40 @@ def test_the_pack_is_unpacked_once_and_its_libraries_put_on_the_path(tmp_path):
     r = run(tmp_path, "never=true")
     assert r.returncode == 1 and "dist/unpack.sh failed" in r.stderr
     assert not (tmp_path / "out" / "never.log").exists()
+
+
+def test_more_files_than_a_call_returns_go_into_one_archive(tmp_path):
+    # The device returns at most 8 files of $OUT: the fourth step takes the count past it (3 logs + steps.txt + 5 data
+    # files), so everything but steps.txt moves into steps.tar.gz, and the step after it joins the archive too.
+    r = run(tmp_path, "a=echo a", "b=echo b", "c=echo c",
+            "many=mkdir -p \"$OUT/x/y/z\"; for i in 1 2 3 4; do echo $i > \"$OUT/d$i.json\"; done; echo deep > \"$OUT/x/y/z/f\"",
+            "after=echo after")
+    assert r.returncode == 0, r.stdout + r.stderr
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["steps.tar.gz", "steps.txt"]
+    listing = subprocess.run(["tar", "tzf", str(out / "steps.tar.gz")], capture_output=True, text=True).stdout.split()
+    names = {n.lstrip("./") for n in listing if not n.endswith("/")}
+    assert names == {"a.log", "b.log", "c.log", "many.log", "after.log", "d1.json", "d2.json", "d3.json", "d4.json",
+                     "x/y/z/f"}
+    steps = (out / "steps.txt").read_text()
+    assert "after: exit 0 in" in steps and steps.count("all but steps.txt are in steps.tar.gz") == 1
+
+
+def test_few_files_stay_as_they_are(tmp_path):
+    r = run(tmp_path, "a=echo a", "b=echo b")
+    assert r.returncode == 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.log", "b.log", "steps.txt"]
+
+
+def test_the_summary_names_the_commit_the_programs_were_built_from(tmp_path):
+    # On the device the checkout's git state need not be the build's: the commit comes from dist/bin/replayssm.
+    bin_dir = tmp_path / "root" / "dist" / "bin"
+    bin_dir.mkdir(parents=True)
+    (bin_dir / "replayssm").write_text("#!/bin/sh\necho 'replayssm 0.1.0 (git 3d76c5e7cfca1f68627d03a22a8075ba594163ab-dirty)'\n")
+    (bin_dir / "replayssm").chmod(0o755)
+    r = run(tmp_path, "a=true")
+    assert r.returncode == 0, r.stderr
+    assert "commit 3d76c5e7cf-dirty (build)" in (tmp_path / "out" / "steps.txt").read_text()
+    (bin_dir / "replayssm").unlink()
+    r = run(tmp_path, "a=true")
+    assert "(checkout)" in (tmp_path / "out" / "steps.txt").read_text()
