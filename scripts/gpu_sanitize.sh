@@ -10,8 +10,9 @@
 #   scripts/gpu_sanitize.sh BINARY "[gpu][mamba2]"  a narrower test filter (default "[gpu]")
 #   SANITIZER_TOOLS="memcheck" scripts/gpu_sanitize.sh     fewer tools (default: all four)
 #   REPLAYSSM_GPU_TESTS=one-per-kernel scripts/gpu_sanitize.sh   the kernel-level cases once per kernel configuration:
-#                                                   intervals read as K = 1, K = 8|16 or another K > 1 (tests/gpu/gpu_test_util.h), the
-#                                                   scope meant for racecheck and initcheck to finish in a device call
+#                                                   intervals read as K = 1, K = 8|16 or another K > 1
+#                                                   (tests/gpu/gpu_test_util.h), the scope meant for racecheck and
+#                                                   initcheck to finish in a device call
 #   scripts/gpu_sanitize.sh --self-test             checks that this script fails on each tool's kind of bug
 #                                                   (builds three tiny faulty kernels with nvcc, sm_90)
 # Reports go to stdout and to sanitize-<tool>.log in $SANITIZE_LOG_DIR (default: the current folder).

@@ -45,8 +45,8 @@ inline bool have_device() {
 // grouped Mamba-2 kernel's fp32 flush is compiled for these two apart, with B_e in registers: the loops reach K = 8
 // first), or any other K > 1 (the generic fold; K = 4 first). Every other field of the case's name (geometry, kind,
 // route, formats, kernel variant and shape, flush arithmetic, rounding) still runs once, so every kernel
-// configuration the suite reaches is checked once. Unset, empty or "all": every case runs. Any other value throws, so that a misspelt scope
-// does not silently run the whole suite under a sanitizer.
+// configuration the suite reaches is checked once. Unset, empty or "all": every case runs. Any other value throws, so
+// that a misspelt scope does not silently run the whole suite under a sanitizer.
 inline bool one_per_kernel_scope() {
   const char* v = std::getenv("REPLAYSSM_GPU_TESTS");
   if (v == nullptr || *v == '\0' || std::strcmp(v, "all") == 0) return false;
