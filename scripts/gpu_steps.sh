@@ -14,7 +14,7 @@
 # Unpacks dist/ first when it holds scripts/dist_pack.sh's pack, and puts dist/lib on LD_LIBRARY_PATH and SANITIZE_LOG_DIR
 # under $OUT (default ./gpu_out). Exit 0 when every step ran and exited 0; 1 otherwise; 2 on bad arguments.
 # A call brings back at most 8 files of $OUT, none deeper than two folders (/work/.library/device/README.md); the rest
-# are dropped without a word in the call's output (two A/B archives were lost that way). So after every step, once
+# are dropped, named only in the reply's files_left_out (two A/B archives were lost that way). So after every step, once
 # $OUT holds more than that, every file but steps.txt moves into one archive, $OUT/steps.tar.gz (rebuilt after each
 # later step, so a call cut short still returns what ran), and steps.txt says so. Here: tar xzf steps.tar.gz.
 set -uo pipefail
