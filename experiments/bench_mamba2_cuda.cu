@@ -13,6 +13,9 @@
 //     --z       with the output gate z (default off: serving engines gate in the following norm)
 //     --smoke   a few tiny cases, one repetition (ctest); exits 0 with a message when no GPU exists
 //     --once    one iteration of one repetition per case (for ncu: few launches to replay)
+//     --l2-ahead=A, --flush-l2-ahead=A  Mamba2ReplayLaunch::l2_ahead / flush_l2_ahead of the grouped replay rows
+//               (replay_g/, dual_g/): -1 (the default) prefetches the next head's whole tile into L2, A >= 0 a
+//               rolling window of A + 1 chunks ahead; named in the JSON context
 //     --tiles_tune  adds rows at batch 1 and 8 over the CTAs per (row, head), p_tiles 1 .. 16 (as many as leave
 //               one pass of rows per CTA): eager (variant 0) fp32 / bf16, and the grouped replay's interval-16
 //               schemes at one head per CTA, named .../pt:N/batch:B
@@ -53,6 +56,7 @@ namespace {
 struct Options {
   std::string preset = "nemotron3-super-120b";
   bool full = false, z = false, smoke = false, once = false, tiles_tune = false;
+  int l2_ahead = Mamba2ReplayLaunch{}.l2_ahead, flush_l2_ahead = Mamba2ReplayLaunch{}.flush_l2_ahead;
 };
 Options g_opt;
 Model g_model;
@@ -196,6 +200,7 @@ void bm_step(benchmark::State& st, Config c) {
   lr.d_ring_x = rx.p, lr.d_ring_B = rB.p, lr.d_ring_dl = dl.p, lr.d_fill = fill.p, lr.d_arrive = arrive.p;
   lr.variant = c.variant, lr.heads_per_cta = c.heads, lr.pipe_stages = c.stages, lr.pipe_ctas = c.ctas;
   if (c.pt > 0) lr.heads_per_cta = 1, lr.p_tiles = c.pt;
+  lr.l2_ahead = g_opt.l2_ahead, lr.flush_l2_ahead = g_opt.flush_l2_ahead;
 
   // The step sequence of one graph: per step, the fill it starts from (-1: leave the cursor to the kernel).
   std::vector<int> seq;
@@ -374,12 +379,37 @@ void register_all() {
     }
 }
 
+// The value of --NAME=A, an integer in -1 .. 64 (Mamba2ReplayLaunch's check); exits 2 naming the flag otherwise.
+int ahead_of(const std::string& arg, size_t prefix) {
+  const std::string v = arg.substr(prefix);
+  size_t used = 0;
+  int n = 0;
+  try {
+    n = std::stoi(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (v.empty() || used != v.size() || n < -1 || n > 64) {
+    std::fprintf(stderr, "bench_mamba2_cuda: %s: expected an integer in -1 .. 64\n", arg.c_str());
+    std::exit(2);
+  }
+  return n;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a.rfind("--l2-ahead=", 0) == 0) {
+      g_opt.l2_ahead = ahead_of(a, 11);
+      continue;
+    }
+    if (a.rfind("--flush-l2-ahead=", 0) == 0) {
+      g_opt.flush_l2_ahead = ahead_of(a, 17);
+      continue;
+    }
     if (a.rfind("--preset=", 0) == 0) g_opt.preset = a.substr(9);
     else if (a == "--full") g_opt.full = true;
     else if (a == "--z") g_opt.z = true;
@@ -417,6 +447,8 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("preset", g_opt.smoke ? "nemotron3-nano-4b" : g_opt.preset);
     benchmark::AddCustomContext("copy_ceiling_GBps", std::to_string(g_copy_GBps));
     benchmark::AddCustomContext("read_ceiling_GBps", std::to_string(g_read_GBps));
+    benchmark::AddCustomContext("grouped_l2_ahead", std::to_string(g_opt.l2_ahead));
+    benchmark::AddCustomContext("grouped_flush_l2_ahead", std::to_string(g_opt.flush_l2_ahead));
     benchmark::AddCustomContext("method", "CUDA graph of n x [256 MiB memset, step] minus the graph without the step, "
                                           "per step; L2 flushed before every step; activations and output bf16");
     std::printf("bench_mamba2_cuda: %s, %s, ceilings copy %.0f GB/s, read-only %.0f GB/s\n", prop.name,

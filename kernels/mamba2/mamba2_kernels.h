@@ -118,6 +118,13 @@ struct Mamba2ReplayLaunch {
   int p_tiles = 0;        // variant 1 only: 0 = chosen from the batch; else CTAs per head (needs heads_per_cta 1)
   int pipe_stages = 0;    // variant 2 only: shared-memory stages per CTA, 0 = as many as fit
   int pipe_ctas = 0;      // variant 2 only: CTAs per SM, 0 = 2
+  // Variant 1 at serving batches (heads_per_cta > 1): how the stream's next tiles go into L2. -1: the next head's
+  // whole tile as the stream enters a head; >= 0: a rolling window, chunk c + l2_ahead + 1 of the CTA's run of heads
+  // prefetched as the stream reaches chunk c (GdnReplayLaunch::l2_ahead: there whole tiles for every resident CTA
+  // overran the 50 MB L2). l2_ahead: non-flush steps (the read or shared copy); flush_l2_ahead: flushing rows (the
+  // update copy; not the tensor-core fold of 16-bit checkpoints, which keeps whole heads).
+  int l2_ahead = -1;
+  int flush_l2_ahead = -1;
 };
 
 // Largest interval a replay launch accepts (per-entry weights live in shared memory).

@@ -98,7 +98,14 @@ struct GroupedCtx {
   long long slot_off, pair_base;  // the slot's first element in a [pool, H, P, N] copy; pair 0 = (h0, p_begin)
   long long y0;                   // y index of pair 0
   bool y_bf16, gated;
+  int l2_ahead, flush_l2_ahead;  // Mamba2ReplayLaunch's, -1 when hc = 1 (the prologue's prefetch has the only head)
 };
+
+// Chunk qp (span rows from pair qp of the CTA's run at `run`) on its way into L2, when it is inside the run.
+template <class T>
+__device__ inline void prefetch_chunk(const T* run, int qp, int span, int np, int N) {
+  if (qp < np) prefetch_l2(run + static_cast<long long>(qp) * N, static_cast<long long>(min(span, np - qp)) * N * sizeof(T));
+}
 
 // The output of pair q (pairs are contiguous in y as in the state: y index = row·ys + pair_base + q).
 __device__ inline void out_pair(const Mamba2StepArgs& a, const GroupedCtx& t, const float* smem, const GroupedSmem& L,
@@ -149,7 +156,9 @@ __device__ void grouped_read(const Mamba2StepArgs& a, const GroupedCtx& t, const
     write_scattered<R, kLanes>(a, t, smem, L, lay, q0, np, acc);
   };
   auto issue = [&](uint4 (&q)[R], int q0) {
-    if (q0 + span > next_head - t.rows && next_head < np) {  // uniform: the chunk reaches into head next_head/rows − 1
+    if (t.l2_ahead >= 0) {
+      prefetch_chunk(run, q0 + (t.l2_ahead + 1) * span, span, np, t.N);
+    } else if (q0 + span > next_head - t.rows && next_head < np) {  // uniform: the chunk reaches into head next_head/rows − 1
       prefetch_l2(run + next_head * static_cast<long long>(t.N), head_elems * sizeof(T));
       next_head += t.rows;
     }
@@ -197,6 +206,7 @@ __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t,
       breg[e][0] = v.x, breg[e][1] = v.y, breg[e][2] = v.z, breg[e][3] = v.w;
     }
   }
+  const T* ck_run = ck + t.slot_off + t.pair_base * t.N;  // pair 0, lane 0: the rolling prefetch's base
   uint4 qn[R];  // the next chunk's loads are issued before this chunk's fold: one chunk always in flight
   load_rows<T, R>(qn, ck + run, lay, q_end, qh, t.N);
   for (int q0 = qh; q0 < q_end; q0 += span) {
@@ -204,6 +214,7 @@ __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t,
 #pragma unroll
     for (int u = 0; u < R; ++u) q[u] = qn[u];
     if (q0 + span < q_end) load_rows<T, R>(qn, ck + run, lay, q_end, q0 + span, t.N);
+    if (t.flush_l2_ahead >= 0) prefetch_chunk(ck_run, q0 + (t.flush_l2_ahead + 1) * span, span, t.hc * t.rows, t.N);
     float s[R][kVec], acc[R];
 #pragma unroll
     for (int u = 0; u < R; ++u) {
@@ -595,6 +606,7 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   t.slot_off = slot_off, t.pair_base = pair_base;
   t.y_bf16 = a.y_format == Format::BF16;
   t.gated = z != nullptr;
+  t.l2_ahead = hc > 1 ? l.l2_ahead : -1, t.flush_l2_ahead = hc > 1 && !kMma ? l.flush_l2_ahead : -1;
   if (!flush) {
     grouped_read<Src, kLanes<Src, kN>>(a, t, static_cast<const Src*>(src_copy), smem, L);
   } else {
@@ -613,7 +625,7 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
             });
     }
     for (int hl = 0; hl < hc; ++hl) {
-      if (hl + 1 < hc)
+      if (hl + 1 < hc && t.flush_l2_ahead < 0)
         prefetch_l2(ck + slot_off + (pair_base + static_cast<long long>(hl + 1) * P) * N,
                     static_cast<long long>(rows) * N * sizeof(CK));
       if constexpr (kMma) {
@@ -728,6 +740,9 @@ void grouped_shape(const Mamba2ReplayLaunch& l, Format streamed, int& hc, int& p
 }
 
 void replay_grouped(const Mamba2ReplayLaunch& l, Format streamed, cudaStream_t stream) {
+  if (l.l2_ahead < -1 || l.l2_ahead > 64 || l.flush_l2_ahead < -1 || l.flush_l2_ahead > 64)
+    bad_launch("mamba2_replay_step", "l2_ahead and flush_l2_ahead must be -1 .. 64 (got " + std::to_string(l.l2_ahead) +
+                                         ", " + std::to_string(l.flush_l2_ahead) + ")");
   int hc = 1, ptiles = 1;
   grouped_shape(l, streamed, hc, ptiles);
   const bool small = grouped_small(hc, ptiles);
