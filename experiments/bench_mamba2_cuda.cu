@@ -14,8 +14,8 @@
 //     --smoke   a few tiny cases, one repetition (ctest); exits 0 with a message when no GPU exists
 //     --once    one iteration of one repetition per case (for ncu: few launches to replay)
 //     --l2-ahead=A, --flush-l2-ahead=A  Mamba2ReplayLaunch::l2_ahead / flush_l2_ahead of the grouped replay rows
-//               (replay_g/, dual_g/): -1 (the default) prefetches the next head's whole tile into L2, A >= 0 a
-//               rolling window of A + 1 chunks ahead; named in the JSON context
+//               (replay_g/, dual_g/) at serving batches: -1 prefetches the next head's whole tile into L2, A >= 0
+//               chunk c + A + 1 as the stream reaches chunk c (defaults: the struct's, -1 and 1); in the JSON context
 //     --tiles_tune  adds rows at batch 1 and 8 over the CTAs per (row, head), p_tiles 1 .. 16 (as many as leave
 //               one pass of rows per CTA): eager (variant 0) fp32 / bf16, and the grouped replay's interval-16
 //               schemes at one head per CTA, named .../pt:N/batch:B
