@@ -107,6 +107,7 @@ def spec_table(path):
            f"p = {float(ctx.get('p', 'nan')):.2f}, non-flush verify at fill {ctx.get('nonflush_fill', '?')}; ceilings "
            f"measured in the same run: copy {copy:.0f} GB/s, read-only {read:.0f} GB/s"
            + (f", fan-out (1 read + 4 writes) {float(ctx['fanout_ceiling_GBps_T4']):.0f} GB/s"
+              + (f" ({ctx['fanout_ceiling_kernel_T4']})" if "fanout_ceiling_kernel_T4" in ctx else "")
               if "fanout_ceiling_GBps_T4" in ctx else ""), "",
            "| family | batch | T | µs/verify | flush | amortised | µs/accepted token | eager verify | eager / verify "
            "| standard replay | verify / standard | verify % of read | eager % of copy | eager % of fan-out |",
