@@ -162,6 +162,9 @@ struct Mamba2VerifyLaunch {
   // kernel, > 1 forces the grouped kernel with that many heads of a group per CTA (a divisor of H/G, at most 16;
   // window <= 8, P >= 8). Both kernels compute every value by the same operations: the outputs are bit-identical.
   int heads_per_cta = 0;
+  // The grouped kernel's flushing rows: the update copy's next chunks into L2 as Mamba2ReplayLaunch::flush_l2_ahead
+  // (-1: the next head's whole tile as the fold enters a head; >= 0: chunk c + flush_l2_ahead + 1 at chunk c).
+  int flush_l2_ahead = 1;
 };
 
 // The eager speculative baseline: the state pool holds `window` draft states per slot, [pool, window, H, P, N]

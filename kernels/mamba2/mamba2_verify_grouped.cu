@@ -87,6 +87,7 @@ struct GVCtx {
   long long y_row0;    // y index of (position 0, pair 0); position s adds s·ys
   long long ys;
   bool y_bf16, gated;
+  int hc, flush_l2_ahead;  // heads of the CTA; Mamba2VerifyLaunch's (the flush's rolling L2 window when >= 0)
 };
 
 // i / d for the prologues' small item counts as one float product: exact while i < 2^20 and d <= 2^10 (i + 0.5 is at
@@ -210,6 +211,10 @@ __device__ void gv_flush_head(const Mamba2StepArgs& a, const GVCtx& t, int hl, i
 #pragma unroll
     for (int u = 0; u < R; ++u) q[u] = qn[u];
     if (p0 + span < P) load_rows<CK, R>(qn, ck + off, lay, P, p0 + span, N);
+    if (t.flush_l2_ahead >= 0) {  // rows of the CTA's run of heads (ck is its pair 0), across the head's end
+      const int qp = qh + p0 + (t.flush_l2_ahead + 1) * span, np = t.hc * P;
+      if (qp < np) prefetch_l2(ck + static_cast<long long>(qp) * N, static_cast<long long>(min(span, np - qp)) * N * sizeof(CK));
+    }
     float v[R][kVec];
 #pragma unroll
     for (int u = 0; u < R; ++u) {
@@ -495,6 +500,7 @@ __global__ void __launch_bounds__(kThreads, kGVMinBlocks)
   t.y_row0 = static_cast<long long>(row) * T * t.ys + pair_base;
   t.y_bf16 = a.y_format == Format::BF16;
   t.gated = a.d_z != nullptr;
+  t.hc = hc, t.flush_l2_ahead = l.flush_l2_ahead;
   if (!flush) {
     gv_read<Src, TP, kLanes<Src, kN>>(a, t, static_cast<const Src*>(src_copy) + slot_off + pair_base * N, sm, L, N);
     return;
@@ -512,7 +518,7 @@ __global__ void __launch_bounds__(kThreads, kGVMinBlocks)
   RDv* rd = nullptr;
   if constexpr (kDual) rd = static_cast<RD*>(l.d_read) + slot_off + pair_base * N;
   for (int hl = 0; hl < hc; ++hl) {
-    if (hl + 1 < hc) prefetch_l2(ck + (hl + 1) * head_elems, head_elems * sizeof(CK));
+    if (hl + 1 < hc && t.flush_l2_ahead < 0) prefetch_l2(ck + (hl + 1) * head_elems, head_elems * sizeof(CK));
     // This head's x·weight per (row, entry), consecutive threads on consecutive rows of one entry (coalesced ring
     // reads); the previous head's are no longer read (barrier at the loop end).
     for (int i = tid; i < P * hf; i += kThreads) {
@@ -567,6 +573,8 @@ int verify_heads_per_cta(const Mamba2VerifyLaunch& l) {
   const char* what = "mamba2_verify";
   const Mamba2Dims& d = l.step.dims;
   const int hpg = d.H / d.G;
+  if (l.flush_l2_ahead < -1 || l.flush_l2_ahead > 64)
+    bad_launch(what, "flush_l2_ahead must be -1 .. 64 (got " + std::to_string(l.flush_l2_ahead) + ")");
   if (l.heads_per_cta == 1) return 1;
   if (l.heads_per_cta > 1) {
     const int hc = l.heads_per_cta;

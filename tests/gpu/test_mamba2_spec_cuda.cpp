@@ -160,6 +160,9 @@ struct Ckpt {
 // is the per-head kernel at these cases' few rows). Case (f) sets it; launch() and the case names read it.
 int g_heads = 0;
 std::string heads_tag() { return g_heads > 0 ? fmt::format(" heads={}", g_heads) : std::string(); }
+// Mamba2VerifyLaunch::flush_l2_ahead of every verify launch (the grouped kernel's flushing rows); case (f) runs the
+// launch struct's default and, once, whole heads (-1).
+int g_flush_l2 = Mamba2VerifyLaunch{}.flush_l2_ahead;
 
 constexpr uint16_t kRingPoison = 0x7FC0;  // a bf16 NaN: a stale ring entry read shows in the outputs
 
@@ -207,7 +210,7 @@ struct VerifyState {
     l.ckpt_format = ck.fmt, l.d_ckpt = dck->p, l.dual = ck.dual, l.read_format = ck.read;
     l.d_read = ck.dual ? drd->p : nullptr;
     l.d_ring_x = drx->p, l.d_ring_B = drB->p, l.d_ring_dl = ddl->p, l.d_fill = dfill->p, l.d_base = dbase->p;
-    l.heads_per_cta = g_heads;
+    l.heads_per_cta = g_heads, l.flush_l2_ahead = g_flush_l2;
     return l;
   }
   SpecCommitLaunch commit(int rows, const int32_t* d_slot, const int32_t* d_acc, int T, int interval, int hist) const {
@@ -564,8 +567,10 @@ void run_corrupt(const Geo& g, int T, int interval) {
 // ---- (f) the grouped kernel against the per-head kernel, bit for bit ----
 // Two copies of the same device state driven by the same windows and accepted counts, one through each kernel.
 void run_grouped_bitwise(const Geo& g, int T, int interval, Ckpt ck, int heads, Format yfmt = Format::FP32) {
-  const std::string name = fmt::format("{} grouped-vs-per-head T={} K={} ckpt={} heads={}{}", g.name, T, interval,
-                                       ck.name(), heads, yfmt == Format::BF16 ? " y=bf16" : "");
+  const std::string name = fmt::format("{} grouped-vs-per-head T={} K={} ckpt={} heads={}{}{}", g.name, T, interval,
+                                       ck.name(), heads, yfmt == Format::BF16 ? " y=bf16" : "",
+                                       g_flush_l2 != Mamba2VerifyLaunch{}.flush_l2_ahead
+                                           ? fmt::format(" flush-l2-ahead={}", g_flush_l2) : std::string());
   const int rows = 4, pool = 5, hist = interval + T, cap = spec_ring_capacity(hist, T);
   const std::vector<int32_t> slot_of = {4, 2, 0, -1};  // row 3 padded; row 2 sits out some windows
   const Mamba2Dims d = g.dims;
@@ -638,6 +643,10 @@ void run_grouped_cases(const Geo& g, std::initializer_list<int> heads) {
     run_grouped_bitwise(g, 4, 16, Ckpt{Format::FP32, true, Format::BF16}, hc);
     run_grouped_bitwise(g, 3, 4, Ckpt{Format::FP32, true, Format::FP16}, hc);
     run_grouped_bitwise(g, 8, 8, Ckpt{Format::FP16, false, Format::BF16}, hc);
+    const int dflt = g_flush_l2;
+    g_flush_l2 = dflt < 0 ? 0 : -1;  // the other L2 prefetch of the flushing rows
+    run_grouped_bitwise(g, 4, 16, Ckpt{Format::FP32, true, Format::BF16}, hc);
+    g_flush_l2 = dflt;
     g_heads = hc;
     for (int T : {2, 4, 8}) run_all_accepted(g, T, 16, Ckpt{});
     run_all_accepted(g, 4, 16, Ckpt{Format::FP32, true, Format::BF16});
@@ -751,6 +760,9 @@ TEST_CASE("mamba2 verify launchers reject bad launch structs with a message nami
     Mamba2VerifyLaunch l = ok;
     l.heads_per_cta = 3;  // does not divide H/G = 4
     CHECK_THROWS_WITH(mamba2_verify(l, nullptr), Catch::Contains("heads_per_cta"));
+    l.heads_per_cta = 0, l.flush_l2_ahead = -2;
+    CHECK_THROWS_WITH(mamba2_verify(l, nullptr), Catch::Contains("flush_l2_ahead"));
+    l.flush_l2_ahead = 1;
     l.heads_per_cta = 2, l.window = 9, l.hist = interval + 9, l.capacity = spec_ring_capacity(l.hist, 9);
     CHECK_THROWS_WITH(mamba2_verify(l, nullptr), Catch::Contains("heads_per_cta"));
   }
