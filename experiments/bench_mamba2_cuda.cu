@@ -13,9 +13,9 @@
 //     --z       with the output gate z (default off: serving engines gate in the following norm)
 //     --smoke   a few tiny cases, one repetition (ctest); exits 0 with a message when no GPU exists
 //     --once    one iteration of one repetition per case (for ncu: few launches to replay)
-//     --l2-ahead=A, --flush-l2-ahead=A  Mamba2ReplayLaunch::l2_ahead / flush_l2_ahead of the grouped replay rows
-//               (replay_g/, dual_g/) at serving batches: -1 prefetches the next head's whole tile into L2, A >= 0
-//               chunk c + A + 1 as the stream reaches chunk c (defaults: the struct's, -1 and 1); in the JSON context
+//     --flush-l2-ahead=A  Mamba2ReplayLaunch::flush_l2_ahead of the grouped replay rows (replay_g/, dual_g/) at
+//               serving batches: -1 prefetches the next head's whole tile into L2 as the flush's fold enters a head,
+//               A >= 0 chunk c + A + 1 as the fold reaches chunk c (default: the struct's, 1); in the JSON context
 //     --tiles_tune  adds rows at batch 1 and 8 over the CTAs per (row, head), p_tiles 1 .. 16 (as many as leave
 //               one pass of rows per CTA): eager (variant 0) fp32 / bf16, and the grouped replay's interval-16
 //               schemes at one head per CTA, named .../pt:N/batch:B
@@ -56,7 +56,7 @@ namespace {
 struct Options {
   std::string preset = "nemotron3-super-120b";
   bool full = false, z = false, smoke = false, once = false, tiles_tune = false;
-  int l2_ahead = Mamba2ReplayLaunch{}.l2_ahead, flush_l2_ahead = Mamba2ReplayLaunch{}.flush_l2_ahead;
+  int flush_l2_ahead = Mamba2ReplayLaunch{}.flush_l2_ahead;
 };
 Options g_opt;
 Model g_model;
@@ -200,7 +200,7 @@ void bm_step(benchmark::State& st, Config c) {
   lr.d_ring_x = rx.p, lr.d_ring_B = rB.p, lr.d_ring_dl = dl.p, lr.d_fill = fill.p, lr.d_arrive = arrive.p;
   lr.variant = c.variant, lr.heads_per_cta = c.heads, lr.pipe_stages = c.stages, lr.pipe_ctas = c.ctas;
   if (c.pt > 0) lr.heads_per_cta = 1, lr.p_tiles = c.pt;
-  lr.l2_ahead = g_opt.l2_ahead, lr.flush_l2_ahead = g_opt.flush_l2_ahead;
+  lr.flush_l2_ahead = g_opt.flush_l2_ahead;
 
   // The step sequence of one graph: per step, the fill it starts from (-1: leave the cursor to the kernel).
   std::vector<int> seq;
@@ -402,10 +402,6 @@ int main(int argc, char** argv) {
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a.rfind("--l2-ahead=", 0) == 0) {
-      g_opt.l2_ahead = ahead_of(a, 11);
-      continue;
-    }
     if (a.rfind("--flush-l2-ahead=", 0) == 0) {
       g_opt.flush_l2_ahead = ahead_of(a, 17);
       continue;
@@ -447,7 +443,6 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("preset", g_opt.smoke ? "nemotron3-nano-4b" : g_opt.preset);
     benchmark::AddCustomContext("copy_ceiling_GBps", std::to_string(g_copy_GBps));
     benchmark::AddCustomContext("read_ceiling_GBps", std::to_string(g_read_GBps));
-    benchmark::AddCustomContext("grouped_l2_ahead", std::to_string(g_opt.l2_ahead));
     benchmark::AddCustomContext("grouped_flush_l2_ahead", std::to_string(g_opt.flush_l2_ahead));
     benchmark::AddCustomContext("method", "CUDA graph of n x [256 MiB memset, step] minus the graph without the step, "
                                           "per step; L2 flushed before every step; activations and output bf16");

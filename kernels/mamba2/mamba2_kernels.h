@@ -118,15 +118,13 @@ struct Mamba2ReplayLaunch {
   int p_tiles = 0;        // variant 1 only: 0 = chosen from the batch; else CTAs per head (needs heads_per_cta 1)
   int pipe_stages = 0;    // variant 2 only: shared-memory stages per CTA, 0 = as many as fit
   int pipe_ctas = 0;      // variant 2 only: CTAs per SM, 0 = 2
-  // Variant 1 at serving batches (heads_per_cta > 1): how the stream's next tiles go into L2. -1: the next head's
-  // whole tile as the stream enters a head; >= 0: a rolling window, chunk c + l2_ahead + 1 of the CTA's run of heads
-  // prefetched as the stream reaches chunk c. l2_ahead: non-flush steps (the read or shared copy); flush_l2_ahead:
-  // flushing rows (the update copy; not the tensor-core fold of 16-bit checkpoints, which keeps whole heads). On the
-  // H200 (Super-120B, batch 256, K16, benchmarks/experiments/README.md "the flush's L2 window"): whole heads made the
-  // fp32 flush read 1.68 GB of DRAM for a 1.07 GB checkpoint (a head ahead for every resident CTA, beside the
-  // stream's writes, overruns the 50 MB L2); a window of 1 took it 802.5 -> 691.0 us, dual 957 -> 806. The
-  // non-flush stream reads no more than its tiles with whole heads, and windows there were level (1) or slower (3).
-  int l2_ahead = -1;
+  // Variant 1 at serving batches (heads_per_cta > 1, N = 128): how a flushing row's update copy goes into L2. -1: the
+  // next head's whole tile as the fold enters a head; >= 0: a rolling window, chunk c + flush_l2_ahead + 1 of the
+  // CTA's run of heads as the fold reaches chunk c (not the tensor-core fold of 16-bit checkpoints, which keeps whole
+  // heads). On the H200 (Super-120B, batch 256, K16; benchmarks/experiments/README.md, "the flush's L2 window"): whole
+  // heads made the fp32 flush read 1.68 GB of DRAM for a 1.07 GB checkpoint (a head ahead for every resident CTA,
+  // beside the stream's writes, overruns the 50 MB L2); a window of 1 took it 808.1 -> 695.2 us, dual 963 -> 811. The
+  // non-flush stream keeps whole heads: its reads match its tiles, and windows there were level or slower.
   int flush_l2_ahead = 1;
 };
 

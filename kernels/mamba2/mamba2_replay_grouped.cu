@@ -98,14 +98,8 @@ struct GroupedCtx {
   long long slot_off, pair_base;  // the slot's first element in a [pool, H, P, N] copy; pair 0 = (h0, p_begin)
   long long y0;                   // y index of pair 0
   bool y_bf16, gated;
-  int l2_ahead, flush_l2_ahead;  // Mamba2ReplayLaunch's, -1 when hc = 1 (the prologue's prefetch has the only head)
+  int flush_l2_ahead;  // Mamba2ReplayLaunch's where the kernel has the window (kRoll) and hc > 1, else -1 (whole heads)
 };
-
-// Chunk qp (span rows from pair qp of the CTA's run at `run`) on its way into L2, when it is inside the run.
-template <class T>
-__device__ inline void prefetch_chunk(const T* run, int qp, int span, int np, int N) {
-  if (qp < np) prefetch_l2(run + static_cast<long long>(qp) * N, static_cast<long long>(min(span, np - qp)) * N * sizeof(T));
-}
 
 // The output of pair q (pairs are contiguous in y as in the state: y index = row·ys + pair_base + q).
 __device__ inline void out_pair(const Mamba2StepArgs& a, const GroupedCtx& t, const float* smem, const GroupedSmem& L,
@@ -156,9 +150,7 @@ __device__ void grouped_read(const Mamba2StepArgs& a, const GroupedCtx& t, const
     write_scattered<R, kLanes>(a, t, smem, L, lay, q0, np, acc);
   };
   auto issue = [&](uint4 (&q)[R], int q0) {
-    if (t.l2_ahead >= 0) {
-      prefetch_chunk(run, q0 + (t.l2_ahead + 1) * span, span, np, t.N);
-    } else if (q0 + span > next_head - t.rows && next_head < np) {  // uniform: the chunk reaches into head next_head/rows − 1
+    if (q0 + span > next_head - t.rows && next_head < np) {  // uniform: the chunk reaches into head next_head/rows − 1
       prefetch_l2(run + next_head * static_cast<long long>(t.N), head_elems * sizeof(T));
       next_head += t.rows;
     }
@@ -181,7 +173,10 @@ __device__ void grouped_read(const Mamba2StepArgs& a, const GroupedCtx& t, const
 // shared memory (one broadcast per row and 4 entries). B_e read per 4-entry block and reused over the R = 2 rows
 // of a chunk cost 4 shared-memory wavefronts per entry and warp; without them the fp32 K16 flush at batch 256 went
 // 848.5 -> 805.8 us, and it is now bound by load latency (benchmarks/experiments/README.md, "the flush's fold").
-template <class T, class RDT, int kLanes, int kE = 0>
+// kRoll: the kernel has the rolling L2 window (Mamba2ReplayLaunch::flush_l2_ahead; serving shapes at N = 128): chunk
+// c + flush_l2_ahead + 1 of the CTA's run of heads on its way into L2 as the fold reaches chunk c, across the head's
+// end. Compiled out elsewhere, where its registers made the generic-N and split-head kernels spill.
+template <class T, class RDT, int kLanes, int kE = 0, bool kRoll = false>
 __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t, int hl, T* ck, RDT* rd,
                                    const float* smem, const GroupedSmem& L) {
   constexpr int R = sizeof(T) == 4 ? kFlushRows32 : kStreamRows;
@@ -206,7 +201,6 @@ __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t,
       breg[e][0] = v.x, breg[e][1] = v.y, breg[e][2] = v.z, breg[e][3] = v.w;
     }
   }
-  const T* ck_run = ck + t.slot_off + t.pair_base * t.N;  // pair 0, lane 0: the rolling prefetch's base
   uint4 qn[R];  // the next chunk's loads are issued before this chunk's fold: one chunk always in flight
   load_rows<T, R>(qn, ck + run, lay, q_end, qh, t.N);
   for (int q0 = qh; q0 < q_end; q0 += span) {
@@ -214,7 +208,11 @@ __device__ void grouped_flush_head(const Mamba2StepArgs& a, const GroupedCtx& t,
 #pragma unroll
     for (int u = 0; u < R; ++u) q[u] = qn[u];
     if (q0 + span < q_end) load_rows<T, R>(qn, ck + run, lay, q_end, q0 + span, t.N);
-    if (t.flush_l2_ahead >= 0) prefetch_chunk(ck_run, q0 + (t.flush_l2_ahead + 1) * span, span, t.hc * t.rows, t.N);
+    if constexpr (kRoll) {
+      const int qp = q0 + (t.flush_l2_ahead + 1) * span, np = t.hc * t.rows;
+      if (t.flush_l2_ahead >= 0 && qp < np)
+        prefetch_l2(ck + t.slot_off + (t.pair_base + qp) * t.N, static_cast<long long>(min(span, np - qp)) * t.N * sizeof(T));
+    }
     float s[R][kVec], acc[R];
 #pragma unroll
     for (int u = 0; u < R; ++u) {
@@ -606,7 +604,8 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   t.slot_off = slot_off, t.pair_base = pair_base;
   t.y_bf16 = a.y_format == Format::BF16;
   t.gated = z != nullptr;
-  t.l2_ahead = hc > 1 ? l.l2_ahead : -1, t.flush_l2_ahead = hc > 1 && !kMma ? l.flush_l2_ahead : -1;
+  constexpr bool kRoll = !kSmall && kN > 0 && !kMma;
+  t.flush_l2_ahead = kRoll && hc > 1 ? l.flush_l2_ahead : -1;
   if (!flush) {
     grouped_read<Src, kLanes<Src, kN>>(a, t, static_cast<const Src*>(src_copy), smem, L);
   } else {
@@ -662,14 +661,14 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
       // Not in kSmall: there the flush is a chain of latencies, and the registers would spill its prologue.
       if constexpr (sizeof(CK) == 4 && !kSmall) {
         if (l.interval == 16) {  // the flush folds nent = interval entries
-          grouped_flush_head<CK, RDv, kLanes<CK, kN>, 16>(a, t, hl, ck, rd, smem, L);
+          grouped_flush_head<CK, RDv, kLanes<CK, kN>, 16, kRoll>(a, t, hl, ck, rd, smem, L);
         } else if (l.interval == 8) {
-          grouped_flush_head<CK, RDv, kLanes<CK, kN>, 8>(a, t, hl, ck, rd, smem, L);
+          grouped_flush_head<CK, RDv, kLanes<CK, kN>, 8, kRoll>(a, t, hl, ck, rd, smem, L);
         } else {
-          grouped_flush_head<CK, RDv, kLanes<CK, kN>>(a, t, hl, ck, rd, smem, L);
+          grouped_flush_head<CK, RDv, kLanes<CK, kN>, 0, kRoll>(a, t, hl, ck, rd, smem, L);
         }
       } else {
-        grouped_flush_head<CK, RDv, kLanes<CK, kN>>(a, t, hl, ck, rd, smem, L);
+        grouped_flush_head<CK, RDv, kLanes<CK, kN>, 0, kRoll>(a, t, hl, ck, rd, smem, L);
       }
       __syncthreads();
     }
@@ -740,9 +739,8 @@ void grouped_shape(const Mamba2ReplayLaunch& l, Format streamed, int& hc, int& p
 }
 
 void replay_grouped(const Mamba2ReplayLaunch& l, Format streamed, cudaStream_t stream) {
-  if (l.l2_ahead < -1 || l.l2_ahead > 64 || l.flush_l2_ahead < -1 || l.flush_l2_ahead > 64)
-    bad_launch("mamba2_replay_step", "l2_ahead and flush_l2_ahead must be -1 .. 64 (got " + std::to_string(l.l2_ahead) +
-                                         ", " + std::to_string(l.flush_l2_ahead) + ")");
+  if (l.flush_l2_ahead < -1 || l.flush_l2_ahead > 64)
+    bad_launch("mamba2_replay_step", "flush_l2_ahead must be -1 .. 64 (got " + std::to_string(l.flush_l2_ahead) + ")");
   int hc = 1, ptiles = 1;
   grouped_shape(l, streamed, hc, ptiles);
   const bool small = grouped_small(hc, ptiles);

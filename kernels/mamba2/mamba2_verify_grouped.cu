@@ -211,7 +211,9 @@ __device__ void gv_flush_head(const Mamba2StepArgs& a, const GVCtx& t, int hl, i
 #pragma unroll
     for (int u = 0; u < R; ++u) q[u] = qn[u];
     if (p0 + span < P) load_rows<CK, R>(qn, ck + off, lay, P, p0 + span, N);
-    if (t.flush_l2_ahead >= 0) {  // rows of the CTA's run of heads (ck is its pair 0), across the head's end
+    // The rolling L2 window (Mamba2VerifyLaunch::flush_l2_ahead): rows of the CTA's run of heads (ck is its pair 0),
+    // across the head's end. At N = 128 only (kLanes > 0): in the generic-N kernels its registers cost spills.
+    if (kLanes > 0 && t.flush_l2_ahead >= 0) {
       const int qp = qh + p0 + (t.flush_l2_ahead + 1) * span, np = t.hc * P;
       if (qp < np) prefetch_l2(ck + static_cast<long long>(qp) * N, static_cast<long long>(min(span, np - qp)) * N * sizeof(CK));
     }
@@ -500,7 +502,7 @@ __global__ void __launch_bounds__(kThreads, kGVMinBlocks)
   t.y_row0 = static_cast<long long>(row) * T * t.ys + pair_base;
   t.y_bf16 = a.y_format == Format::BF16;
   t.gated = a.d_z != nullptr;
-  t.hc = hc, t.flush_l2_ahead = l.flush_l2_ahead;
+  t.hc = hc, t.flush_l2_ahead = kN > 0 ? l.flush_l2_ahead : -1;
   if (!flush) {
     gv_read<Src, TP, kLanes<Src, kN>>(a, t, static_cast<const Src*>(src_copy) + slot_off + pair_base * N, sm, L, N);
     return;

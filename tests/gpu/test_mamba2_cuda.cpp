@@ -69,7 +69,7 @@ struct Case {
                           // eager kernel (Mamba2EagerLaunch::variant): 0 per head, 1 pipelined
   int heads_per_cta = 0;  // variant 1: 0 = the launcher's choice
   int p_tiles = 0;        // replay variant 1 / eager variant 0: 0 = the launcher's choice
-  int l2_ahead = -2;      // variant 1: both of Mamba2ReplayLaunch's l2_ahead and flush_l2_ahead; -2 = the struct's
+  int flush_l2 = -2;      // variant 1: Mamba2ReplayLaunch::flush_l2_ahead; -2 = the struct's
   Arith flush = Arith::FP32;  // the flush's arithmetic (Mamba2ReplayLaunch::flush_arith)
   bool sr = false;            // stochastic rounding of the stored state (Mamba2StepArgs::rounding)
   std::string name() const {
@@ -86,7 +86,7 @@ struct Case {
       s += heads_per_cta > 0 ? fmt::format(" grouped(h={}{})", heads_per_cta, p_tiles > 0 ? fmt::format(",t={}", p_tiles) : "")
                              : " grouped(auto)";
     if ((variant == 2 && kind != Kind::Eager) || (variant == 1 && kind == Kind::Eager)) s += " pipelined";
-    if (l2_ahead != -2) s += fmt::format(" l2-ahead={}", l2_ahead);
+    if (flush_l2 != -2) s += fmt::format(" flush-l2-ahead={}", flush_l2);
     if (kind == Kind::Eager && p_tiles > 0) s += fmt::format(" tiles={}", p_tiles);
     if (flush != Arith::FP32) s += " flush=" + arith_name(flush);
     if (sr) s += " sr";
@@ -247,7 +247,7 @@ void run_case(const Case& c, uint64_t seed) {
     lr.read_format = c.read, lr.d_read = dual ? drd->p : nullptr, lr.d_read_scale = scaled ? drs->p : nullptr;
     lr.d_ring_x = drx.p, lr.d_ring_B = drB.p, lr.d_ring_dl = ddl.p, lr.d_fill = dfill.p, lr.d_arrive = darr.p;
     lr.variant = c.variant, lr.heads_per_cta = c.heads_per_cta, lr.p_tiles = c.p_tiles, lr.flush_arith = c.flush;
-    if (c.l2_ahead != -2) lr.l2_ahead = lr.flush_l2_ahead = c.l2_ahead;
+    if (c.flush_l2 != -2) lr.flush_l2_ahead = c.flush_l2;
   }
 
   const Format judged = eager ? sf : dual ? c.read : sf;
@@ -547,10 +547,10 @@ TEST_CASE("mamba2 cuda eager: Nemotron-3 geometries", "[gpu][mamba2][eager]") {
 // shapes it for these 4 rows, with one whole head per CTA (the batch-8 shape), and with one head per CTA split in
 // P-tiles (the batch-1 shape: the kernel that reads the ring ahead of the cursor; Nano-4B's 20-row tiles take the
 // unaligned ring path, the small geometry's 4-row tiles a part-filled 8-pair chunk); and variant 2 (pipelined).
-// Where `more`, the serving-batch shape once more with the other L2 prefetch (Mamba2ReplayLaunch::l2_ahead and
+// Where `more`, the serving-batch shape once more with the flush's other L2 prefetch (Mamba2ReplayLaunch::
 // flush_l2_ahead): a rolling window of one chunk when the struct's default is whole heads, else whole heads.
 struct VariantRun {
-  int variant, heads, tiles, l2_ahead = -2;
+  int variant, heads, tiles, flush_l2 = -2;
 };
 std::vector<VariantRun> replay_variants(const Mamba2Dims& d, bool more) {
   std::vector<VariantRun> v = {{0, 0, 0}, {1, d.H / d.G, 0}, {2, 0, 0}};
@@ -559,7 +559,7 @@ std::vector<VariantRun> replay_variants(const Mamba2Dims& d, bool more) {
     v.push_back({1, 1, 1});
     v.push_back({1, 1, d.P >= 32 ? 4 : 2});
     const Mamba2ReplayLaunch dflt;
-    v.push_back({1, d.H / d.G, 0, dflt.l2_ahead < 0 && dflt.flush_l2_ahead < 0 ? 0 : -1});
+    v.push_back({1, d.H / d.G, 0, dflt.flush_l2_ahead < 0 ? 0 : -1});
   }
   return v;
 }
@@ -574,7 +574,7 @@ TEST_CASE("mamba2 cuda replay: shared checkpoint, every interval, small geometry
           c.geo = "small", c.dims = small(), c.kind = Kind::Replay, c.state = s, c.act = act, c.interval = K;
           c.has_z = K % 8 == 0, c.d_per_dim = act == Format::FP32, c.dt_limits = K == 4;
           c.yfmt = (K == 8 && s == Format::BF16) ? Format::BF16 : Format::FP32;
-          c.variant = vr.variant, c.heads_per_cta = vr.heads, c.p_tiles = vr.tiles, c.l2_ahead = vr.l2_ahead;
+          c.variant = vr.variant, c.heads_per_cta = vr.heads, c.p_tiles = vr.tiles, c.flush_l2 = vr.flush_l2;
           run_case(c, seed_for(c));
         }
 }
@@ -586,7 +586,7 @@ TEST_CASE("mamba2 cuda dual: fp32 update + bf16/fp16 read copy, every interval, 
       for (VariantRun vr : replay_variants(small(), true)) {
         Case c;
         c.geo = "small", c.dims = small(), c.kind = Kind::Dual, c.read = r, c.interval = K, c.has_z = K == 16;
-        c.variant = vr.variant, c.heads_per_cta = vr.heads, c.p_tiles = vr.tiles, c.l2_ahead = vr.l2_ahead;
+        c.variant = vr.variant, c.heads_per_cta = vr.heads, c.p_tiles = vr.tiles, c.flush_l2 = vr.flush_l2;
         run_case(c, seed_for(c));
       }
 }
@@ -623,12 +623,12 @@ TEST_CASE("mamba2 cuda replay and dual: Nemotron-3 Nano-4B and Super-120B", "[gp
         for (Format s : {Format::FP32, Format::BF16}) {
           Case c;
           c.geo = geo, c.dims = dims, c.kind = Kind::Replay, c.state = s, c.interval = K, c.has_z = true;
-          c.variant = vr.variant, c.heads_per_cta = vr.heads, c.p_tiles = vr.tiles, c.l2_ahead = vr.l2_ahead;
+          c.variant = vr.variant, c.heads_per_cta = vr.heads, c.p_tiles = vr.tiles, c.flush_l2 = vr.flush_l2;
           run_case(c, seed_for(c));
         }
         Case c;
         c.geo = geo, c.dims = dims, c.kind = Kind::Dual, c.read = Format::BF16, c.interval = K, c.has_z = true;
-        c.variant = vr.variant, c.heads_per_cta = vr.heads, c.p_tiles = vr.tiles, c.l2_ahead = vr.l2_ahead;
+        c.variant = vr.variant, c.heads_per_cta = vr.heads, c.p_tiles = vr.tiles, c.flush_l2 = vr.flush_l2;
         run_case(c, seed_for(c));
       }
 }
@@ -697,9 +697,9 @@ TEST_CASE("mamba2 cuda launchers reject bad launch structs with a message naming
     CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("heads_per_cta"));
     g.heads_per_cta = 0, g.flush_l2_ahead = -2;  // the L2 window: -1 .. 64 chunks
     CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("flush_l2_ahead"));
-    g.flush_l2_ahead = -1, g.l2_ahead = 65;
-    CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("l2_ahead"));
-    g.l2_ahead = -1, g.variant = 3;
+    g.flush_l2_ahead = 65;
+    CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("flush_l2_ahead"));
+    g.flush_l2_ahead = 1, g.variant = 3;
     CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("variant"));
     g.variant = 1, g.heads_per_cta = 0, g.flush_arith = Arith::TF32;  // staged flush operands: variant 0 only
     CHECK_THROWS_WITH(mamba2_replay_step(g, nullptr), Catch::Contains("flush_arith tf32"));
