@@ -160,8 +160,9 @@ struct Mamba2VerifyLaunch {
   // kernel, > 1 forces the grouped kernel with that many heads of a group per CTA (a divisor of H/G, at most 16;
   // window <= 8, P >= 8). Both kernels compute every value by the same operations: the outputs are bit-identical.
   int heads_per_cta = 0;
-  // The grouped kernel's flushing rows: the update copy's next chunks into L2 as Mamba2ReplayLaunch::flush_l2_ahead
-  // (-1: the next head's whole tile as the fold enters a head; >= 0: chunk c + flush_l2_ahead + 1 at chunk c).
+  // The grouped kernel's flushing rows at N = 128: the update copy's next chunks into L2 as Mamba2ReplayLaunch::
+  // flush_l2_ahead (-1: the next head's whole tile as the fold enters a head; >= 0: chunk c + flush_l2_ahead + 1 at
+  // chunk c). On the H200 (Super-120B, batch 256, T = 4) a window of 1 took the flushing window 835.9 -> 757.5 us.
   int flush_l2_ahead = 1;
 };
 
