@@ -9,7 +9,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "common/cuda_check.h"
@@ -109,6 +113,27 @@ inline void bm_ceiling(benchmark::State& st, bool copy) {
   for (auto _ : st) st.SetIterationTime(bytes / (GBps * 1e9));
   st.counters["bytes"] = bytes;
   st.counters["GBps"] = GBps;
+}
+
+// The value of a numeric option --NAME=VALUE (VALUE from `prefix` on), the whole text a number; otherwise one error
+// line naming the program and the option, and exit status 2.
+inline double number_of(const char* prog, const std::string& arg, size_t prefix) {
+  const char* text = arg.c_str() + prefix;
+  char* end = nullptr;
+  const double v = std::strtod(text, &end);
+  if (end == text || *end != '\0') {
+    std::fprintf(stderr, "%s: %s: not a number\n", prog, arg.c_str());
+    std::exit(2);
+  }
+  return v;
+}
+inline int integer_of(const char* prog, const std::string& arg, size_t prefix) {
+  const double v = number_of(prog, arg, prefix);
+  if (!(std::fabs(v) < 1e9) || v != std::floor(v)) {
+    std::fprintf(stderr, "%s: %s: not an integer\n", prog, arg.c_str());
+    std::exit(2);
+  }
+  return static_cast<int>(v);
 }
 
 }  // namespace rssm::bench

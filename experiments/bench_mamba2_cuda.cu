@@ -379,23 +379,6 @@ void register_all() {
     }
 }
 
-// The value of --NAME=A, an integer in -1 .. 64 (Mamba2ReplayLaunch's check); exits 2 naming the flag otherwise.
-int ahead_of(const std::string& arg, size_t prefix) {
-  const std::string v = arg.substr(prefix);
-  size_t used = 0;
-  int n = 0;
-  try {
-    n = std::stoi(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (v.empty() || used != v.size() || n < -1 || n > 64) {
-    std::fprintf(stderr, "bench_mamba2_cuda: %s: expected an integer in -1 .. 64\n", arg.c_str());
-    std::exit(2);
-  }
-  return n;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -403,7 +386,11 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a.rfind("--flush-l2-ahead=", 0) == 0) {
-      g_opt.flush_l2_ahead = ahead_of(a, 17);
+      g_opt.flush_l2_ahead = integer_of("bench_mamba2_cuda", a, 17);
+      if (g_opt.flush_l2_ahead < -1 || g_opt.flush_l2_ahead > 64) {
+        std::fprintf(stderr, "bench_mamba2_cuda: --flush-l2-ahead must be -1 (whole heads) .. 64\n");
+        return 2;
+      }
       continue;
     }
     if (a.rfind("--preset=", 0) == 0) g_opt.preset = a.substr(9);

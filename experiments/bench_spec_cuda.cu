@@ -734,26 +734,6 @@ void print_targets() {
   }
 }
 
-// The value of a numeric option, the whole text a number; otherwise one error line and exit status 2.
-double number_of(const std::string& arg, size_t prefix) {
-  const char* text = arg.c_str() + prefix;
-  char* end = nullptr;
-  const double v = std::strtod(text, &end);
-  if (end == text || *end != '\0') {
-    std::fprintf(stderr, "bench_spec_cuda: %s: not a number\n", arg.c_str());
-    std::exit(2);
-  }
-  return v;
-}
-int integer_of(const std::string& arg, size_t prefix) {
-  const double v = number_of(arg, prefix);
-  if (!(std::fabs(v) < 1e9) || v != std::floor(v)) {
-    std::fprintf(stderr, "bench_spec_cuda: %s: not an integer\n", arg.c_str());
-    std::exit(2);
-  }
-  return static_cast<int>(v);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -763,11 +743,11 @@ int main(int argc, char** argv) {
     if (a.rfind("--only=", 0) == 0) g_opt.only = a.substr(7);
     else if (a.rfind("--mamba2-preset=", 0) == 0) g_opt.mamba2_preset = a.substr(16);
     else if (a.rfind("--gdn-preset=", 0) == 0) g_opt.gdn_preset = a.substr(13);
-    else if (a.rfind("--p=", 0) == 0) g_opt.p = number_of(a, 4);
+    else if (a.rfind("--p=", 0) == 0) g_opt.p = number_of("bench_spec_cuda", a, 4);
     else if (a == "--smoke") g_opt.smoke = true;
     else if (a == "--once") g_opt.once = true;
-    else if (a.rfind("--verify-heads=", 0) == 0) g_opt.verify_heads = integer_of(a, 15);
-    else if (a.rfind("--gdn-l2-ahead=", 0) == 0) g_opt.gdn_l2_ahead = integer_of(a, 15);
+    else if (a.rfind("--verify-heads=", 0) == 0) g_opt.verify_heads = integer_of("bench_spec_cuda", a, 15);
+    else if (a.rfind("--gdn-l2-ahead=", 0) == 0) g_opt.gdn_l2_ahead = integer_of("bench_spec_cuda", a, 15);
     else if (a == "--gdn-fold-tune") g_opt.gdn_fold_tune = true;
     else rest.push_back(argv[i]);
   }

@@ -547,7 +547,7 @@ TEST_CASE("mamba2 cuda eager: Nemotron-3 geometries", "[gpu][mamba2][eager]") {
 // shapes it for these 4 rows, with one whole head per CTA (the batch-8 shape), and with one head per CTA split in
 // P-tiles (the batch-1 shape: the kernel that reads the ring ahead of the cursor; Nano-4B's 20-row tiles take the
 // unaligned ring path, the small geometry's 4-row tiles a part-filled 8-pair chunk); and variant 2 (pipelined).
-// Where `more`, the serving-batch shape once more with the flush's other L2 prefetch (Mamba2ReplayLaunch::
+// Where `more` and N = 128, the serving-batch shape once more with the flush's other L2 prefetch (Mamba2ReplayLaunch::
 // flush_l2_ahead): a rolling window of one chunk when the struct's default is whole heads, else whole heads.
 struct VariantRun {
   int variant, heads, tiles, flush_l2 = -2;
@@ -558,8 +558,10 @@ std::vector<VariantRun> replay_variants(const Mamba2Dims& d, bool more) {
     v.push_back({1, 0, 0});
     v.push_back({1, 1, 1});
     v.push_back({1, 1, d.P >= 32 ? 4 : 2});
-    const Mamba2ReplayLaunch dflt;
-    v.push_back({1, d.H / d.G, 0, dflt.flush_l2_ahead < 0 ? 0 : -1});
+    if (d.N == 128) {  // the window is compiled into the N = 128 kernels only
+      const Mamba2ReplayLaunch dflt;
+      v.push_back({1, d.H / d.G, 0, dflt.flush_l2_ahead < 0 ? 0 : -1});
+    }
   }
   return v;
 }
