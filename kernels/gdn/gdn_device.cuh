@@ -87,19 +87,33 @@ __device__ inline Gate gate_of(const GdnStepArgs& a, int row, int h) {
 // The sums of squares are per-thread partial sums, then warp trees, then the warps in order (the CPU sums in
 // sequence: the contract's bounded difference). s_red: 2·kWarps floats. Ends with __syncthreads. `between` runs
 // between its two barriers: shared-memory writes there are visible when it returns, without a barrier of their own.
+// `first` (optional): the thread's first elements (i = threadIdx.x), already loaded by qk_first, so that a kernel can
+// issue those loads before a chain of its own (the replay step's slot) instead of after it.
 struct NoOp {
   __device__ void operator()() const {}
 };
+template <class A>
+struct QkFirst {
+  A q, k;
+};
+template <class A>
+__device__ inline QkFirst<A> qk_first(const GdnStepArgs& a, int row, int hk) {
+  const int K = a.dims.K, tid = threadIdx.x;
+  if (tid >= K) return {A(0.0f), A(0.0f)};
+  const long long off = row * or_default(a.qk_stride, static_cast<long long>(a.dims.HK) * K) + static_cast<long long>(hk) * K + tid;
+  return {static_cast<const A*>(a.d_q)[off], static_cast<const A*>(a.d_k)[off]};
+}
 template <class A, class F = NoOp>
 __device__ inline void load_normalised(const GdnStepArgs& a, int row, int hk, float* s_q, float* s_k, float* s_red,
-                                       F between = F()) {
+                                       F between = F(), const QkFirst<A>* first = nullptr) {
   const int K = a.dims.K, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const long long qks = or_default(a.qk_stride, static_cast<long long>(a.dims.HK) * K);
   const A* q = static_cast<const A*>(a.d_q) + row * qks + static_cast<long long>(hk) * K;
   const A* k = static_cast<const A*>(a.d_k) + row * qks + static_cast<long long>(hk) * K;
   float sq = 0.0f, sk = 0.0f;
   for (int i = tid; i < K; i += kThreads) {
-    const float qi = to_f32(q[i]), ki = to_f32(k[i]);
+    const bool pre = first && i == tid;
+    const float qi = to_f32(pre ? first->q : q[i]), ki = to_f32(pre ? first->k : k[i]);
     s_q[i] = qi, s_k[i] = ki;
     sq = fmaf(qi, qi, sq);
     sk = fmaf(ki, ki, sk);

@@ -431,10 +431,20 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   const int per_row = HV * vtiles;
   const int row = blockIdx.x / per_row;
   const int h = (blockIdx.x % per_row) / vtiles, tile = blockIdx.x % vtiles;
-  const int slot = a.d_slot[row];
-  if (slot < 0) return;  // padded row: nothing read or written
   const int hk = h / vpk, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int tile_rows = (V + vtiles - 1) / vtiles;
+  const int v_begin = tile * tile_rows, v_end = min(V, v_begin + tile_rows);
+  const int i_own = v_begin + tid;  // the thread's first row of the tile (the ring sums, v_t)
+  // The row's inputs (q_t, k_t, the gate's, v_t) are indexed by the row, not by its slot: issued before the slot's
+  // read, they arrive during the slot -> cursor -> ring chain instead of after its first link (a padded row reads
+  // them and returns).
+  const GateIn<A> gin = gate_in<A>(a, row, h);
+  const A* v = static_cast<const A*>(a.d_v) + row * or_default(a.v_stride, static_cast<long long>(HV) * V) +
+               static_cast<long long>(h) * V;
+  const A v_own = i_own < v_end ? v[i_own] : A(0.0f);
+  const QkFirst<A> qkf = qk_first<A>(a, row, hk);
+  const int slot = a.d_slot[row];
+  if (slot < 0) return;  // padded row: nothing written
   const Arith fa = kInner && kArith ? l.flush_arith : Arith::FP32;  // the launcher allows it on the inner route only
   const int F = kInner && kArith ? flush_terms(fa) : 1;
   constexpr bool kDual = !std::is_void<RD>::value;
@@ -444,14 +454,12 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   // A block-scaled read copy is written by the FFMA fold's stream (its codes need each row's amax first).
   constexpr bool kMma = kInner && !kArith && kK == kMmaK && !kIsScaled8<RD>;
   constexpr int kVF = StateVec<CK>::kVec;  // the flush streams CK
-  const int v_begin = tile * tile_rows, v_end = min(V, v_begin + tile_rows);
   const long long head_off = (static_cast<long long>(slot) * HV + h) * V * K;
   const int src_span = kThreads / (K / StateVec<Src>::kVec) * kUnroll;  // rows of a non-flush chunk
   const int cap = l.capacity;
   const float* rG = l.d_ring_G + static_cast<long long>(slot) * cap * HV + h;                               // + e·HV
   const uint16_t* ru = l.d_ring_u + static_cast<long long>(slot) * cap * HV * V + static_cast<long long>(h) * V;  // + e·HV·V
   const uint16_t* rk = l.d_ring_k + static_cast<long long>(slot) * cap * HK * K + static_cast<long long>(hk) * K;  // + e·HK·K
-  const int i_own = v_begin + tid;  // the thread's first row of the tile (the ring sums, v_t)
   constexpr int kKeysAhead = 4;     // entries per warp whose keys are read in the wave (intervals up to 16: all)
   constexpr int kUAhead = 16;       // entries of the thread's first row of u read in the wave
   uint4 key_pre[kKeysAhead];
@@ -526,16 +534,12 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
   // once j is known, every ring read at once. Under a saturated memory system each read waits behind the stream for
   // microseconds, and the stream's CTAs per SM sit idle for the chain's length; reading entries that are not live
   // would add ring bytes to every step.
-  const GateIn<A> gin = gate_in<A>(a, row, h);
-  const A* v = static_cast<const A*>(a.d_v) + row * or_default(a.v_stride, static_cast<long long>(HV) * V) +
-               static_cast<long long>(h) * V;
-  const A v_own = i_own < v_end ? v[i_own] : A(0.0f);
   load_normalised<A>(a, row, hk, smem + L.off_q(), smem + L.off_k(), smem + L.off_red(), [&] {  // ends in a barrier
     if constexpr (kSmall) {
       if (tid == 0) s_fill = min(max(f_own, 0), l.interval - 1);  // a corrupt cursor must not send writes out of bounds
       if (tid < l.interval - 1) smem[L.off_G() + tid] = G_own;
     }
-  });
+  }, &qkf);
   const int j = s_fill;  // the current token's entry
   const bool flush = j + 1 == l.interval;
   const int nent = j + 1;
