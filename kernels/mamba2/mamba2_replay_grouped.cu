@@ -337,8 +337,10 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   const int per_row = G * chunks * ptiles;
   const int row = blockIdx.x / per_row, in_row = blockIdx.x % per_row;
   const int g = in_row / (chunks * ptiles), chunk = in_row % (chunks * ptiles) / ptiles, tile = in_row % ptiles;
+  // The slot's read is issued first and waited on only after the row's inputs (x, dt, B_t, C_t, z: indexed by the row,
+  // not the slot) are loaded and staged: otherwise thread 0 reads the cursor (an acquire) between the two and issues
+  // its inputs a memory latency later, a third link in the chain before the first barrier. A padded row reads them.
   const int slot = a.d_slot[row];
-  if (slot < 0) return;
   const int tid = threadIdx.x, h0 = g * hpg + chunk * hc;
   const int tile_rows = (P + ptiles - 1) / ptiles;
   const int p_begin = tile * tile_rows, p_end = min(P, p_begin + tile_rows), rows = p_end - p_begin;
@@ -351,9 +353,47 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   // with the amortised step unchanged) while bf16 gained (flush 652 -> 529, amortised 201 -> 193):
   // benchmarks/experiments/README.md, "the flush's fold on tensor cores".
   constexpr bool kMma = kN == kMmaCols && !kSmall && sizeof(CK) == 2;
-  const long long slot_off = static_cast<long long>(slot) * H * P * N;
   // Pairs are contiguous from (h0, p_begin) in every [.., H, P] array: hc = 1 or the tile is the whole head.
   const long long pair_base = static_cast<long long>(h0) * P + p_begin;
+  const A* x = static_cast<const A*>(a.d_x) + row * or_default(a.x_stride, static_cast<long long>(H) * P) + pair_base;
+  const A* dtp = static_cast<const A*>(a.d_dt) + row * or_default(a.dt_stride, H);
+  const long long bcs = or_default(a.bc_stride, static_cast<long long>(G) * N);
+  const A* Bt = static_cast<const A*>(a.d_B) + row * bcs + g * N;
+  const A* Ct = static_cast<const A*>(a.d_C) + row * bcs + g * N;
+  const A* z = a.d_z ? static_cast<const A*>(a.d_z) + row * or_default(a.z_stride, static_cast<long long>(H) * P) + pair_base
+                     : nullptr;
+  for (int n = tid; n < N; n += kThreads) {
+    smem[L.off_C() + n] = to_f32(Ct[n]);
+    smem[L.off_Bt() + n] = to_buffer_f32(Bt[n]);
+    ismem[L.off_Bbits() + n] = to_buffer_bits(Bt[n]);
+  }
+  for (int hl = tid; hl < hc; hl += kThreads) {
+    const int h = h0 + hl;
+    smem[L.off_delta() + hl] = delta_of(to_f32(dtp[h]), a.d_dt_bias[h], a.dt_min, a.dt_max);
+    smem[L.off_A() + hl] = -expf(a.d_A_log[h]);
+  }
+  // This thread's pairs: q = q0 + i, i < kPairVec (np <= kMaxPairs, checked by the launcher).
+  const int q0 = tid * kPairVec;
+  float xb[kPairVec];
+  uint32_t xbits[kPairVec / 2] = {0, 0, 0, 0};  // the pairs' buffer codes, two a register
+#pragma unroll
+  for (int i = 0; i < kPairVec; ++i) {
+    const int q = q0 + i;
+    xb[i] = 0.0f;
+    if (q < np) {
+      const int hl = q / rows, p = p_begin + q % rows;
+      const float xa = to_f32(x[q]);
+      smem[L.off_dx() + q] = (a.d_per_dim ? a.d_D[(h0 + hl) * P + p] : a.d_D[h0 + hl]) * xa;
+      xb[i] = to_buffer_f32(x[q]);
+      xbits[i / 2] |= static_cast<uint32_t>(to_buffer_bits(x[q])) << (16 * (i % 2));
+      if (z) {
+        const float zv = to_f32(z[q]);
+        smem[L.off_g() + q] = silu<float>(zv);
+      }
+    }
+  }
+  if (slot < 0) return;
+  const long long slot_off = static_cast<long long>(slot) * H * P * N;
   const void* src_copy = kDual ? l.d_read : l.d_ckpt;
   const int cap = l.capacity;
   const float2* dl = reinterpret_cast<const float2*>(l.d_ring_dl) + static_cast<long long>(slot) * cap * H;  // + e·H + h
@@ -391,43 +431,6 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
     const int f = ld_acquire(&l.d_fill[slot]);
     arrived = atomicAdd(&l.d_arrive[slot], 1);
     s_fill = min(max(f, 0), l.interval - 1);
-  }
-  const A* x = static_cast<const A*>(a.d_x) + row * or_default(a.x_stride, static_cast<long long>(H) * P) + pair_base;
-  const A* dtp = static_cast<const A*>(a.d_dt) + row * or_default(a.dt_stride, H);
-  const long long bcs = or_default(a.bc_stride, static_cast<long long>(G) * N);
-  const A* Bt = static_cast<const A*>(a.d_B) + row * bcs + g * N;
-  const A* Ct = static_cast<const A*>(a.d_C) + row * bcs + g * N;
-  const A* z = a.d_z ? static_cast<const A*>(a.d_z) + row * or_default(a.z_stride, static_cast<long long>(H) * P) + pair_base
-                     : nullptr;
-  for (int n = tid; n < N; n += kThreads) {
-    smem[L.off_C() + n] = to_f32(Ct[n]);
-    smem[L.off_Bt() + n] = to_buffer_f32(Bt[n]);
-    ismem[L.off_Bbits() + n] = to_buffer_bits(Bt[n]);
-  }
-  for (int hl = tid; hl < hc; hl += kThreads) {
-    const int h = h0 + hl;
-    smem[L.off_delta() + hl] = delta_of(to_f32(dtp[h]), a.d_dt_bias[h], a.dt_min, a.dt_max);
-    smem[L.off_A() + hl] = -expf(a.d_A_log[h]);
-  }
-  // This thread's pairs: q = q0 + i, i < kPairVec (np <= kMaxPairs, checked by the launcher).
-  const int q0 = tid * kPairVec;
-  float xb[kPairVec];
-  uint32_t xbits[kPairVec / 2] = {0, 0, 0, 0};  // the pairs' buffer codes, two a register
-#pragma unroll
-  for (int i = 0; i < kPairVec; ++i) {
-    const int q = q0 + i;
-    xb[i] = 0.0f;
-    if (q < np) {
-      const int hl = q / rows, p = p_begin + q % rows;
-      const float xa = to_f32(x[q]);
-      smem[L.off_dx() + q] = (a.d_per_dim ? a.d_D[(h0 + hl) * P + p] : a.d_D[h0 + hl]) * xa;
-      xb[i] = to_buffer_f32(x[q]);
-      xbits[i / 2] |= static_cast<uint32_t>(to_buffer_bits(x[q])) << (16 * (i % 2));
-      if (z) {
-        const float zv = to_f32(z[q]);
-        smem[L.off_g() + q] = silu<float>(zv);
-      }
-    }
   }
   if constexpr (kSmall) pipe::wait_async_copies();
   __syncthreads();
