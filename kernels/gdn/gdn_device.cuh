@@ -100,7 +100,8 @@ template <class A>
 __device__ inline QkFirst<A> qk_first(const GdnStepArgs& a, int row, int hk) {
   const int K = a.dims.K, tid = threadIdx.x;
   if (tid >= K) return {A(0.0f), A(0.0f)};
-  const long long off = row * or_default(a.qk_stride, static_cast<long long>(a.dims.HK) * K) + static_cast<long long>(hk) * K + tid;
+  const long long off =
+      row * or_default(a.qk_stride, static_cast<long long>(a.dims.HK) * K) + static_cast<long long>(hk) * K + tid;
   return {static_cast<const A*>(a.d_q)[off], static_cast<const A*>(a.d_k)[off]};
 }
 template <class A, class F = NoOp>

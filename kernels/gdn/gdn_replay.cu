@@ -530,10 +530,10 @@ __device__ __forceinline__ void replay_step(const GdnReplayLaunch& l, int vtiles
     if (tid == 0) s_fill = min(max(__ldcg(&l.d_fill[slot]), 0), l.interval - 1);  // a corrupt cursor: clamped
   }
 
-  // Otherwise the prologue's reads are issued in three waves: q_t, k_t, v_t and the gate's inputs with the slot (above),
-  // the cursor, then, once j is known, every ring read at once. Under a saturated memory system each read waits behind the stream for
-  // microseconds, and the stream's CTAs per SM sit idle for the chain's length; reading entries that are not live
-  // would add ring bytes to every step.
+  // Otherwise the prologue's reads are issued in three waves: q_t, k_t, v_t and the gate's inputs with the slot
+  // (above), the cursor, then, once j is known, every ring read at once. Under a saturated memory system each read
+  // waits behind the stream for microseconds, and the stream's CTAs per SM sit idle for the chain's length; reading
+  // entries that are not live would add ring bytes to every step.
   load_normalised<A>(a, row, hk, smem + L.off_q(), smem + L.off_k(), smem + L.off_red(), [&] {  // ends in a barrier
     if constexpr (kSmall) {
       if (tid == 0) s_fill = min(max(f_own, 0), l.interval - 1);  // a corrupt cursor must not send writes out of bounds
