@@ -152,12 +152,17 @@ def report(path):
         if m and fn:
             out.setdefault(fn, {})["regs"] = int(m.group(1))
     return out
-old, new = report(sys.argv[1]), report(sys.argv[2])
+# Kernels are matched by demangled name: an anonymous namespace's mangled name carries a hash of the file compiled,
+# and the variant is compiled from a copy under another name, so by mangled name no such kernel would match.
+def demangled(rep):
+    keys = list(rep)
+    names = subprocess.run(["c++filt"], input="\n".join(keys), capture_output=True, text=True).stdout.split("\n")
+    return {name: rep[k] for k, name in zip(keys, names)}
+old, new = demangled(report(sys.argv[1])), demangled(report(sys.argv[2]))
 changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-names = subprocess.run(["c++filt"], input="\n".join(changed), capture_output=True, text=True).stdout.split("\n")
 print(f"{'registers':>12} {'spill bytes':>14}  kernel ({sys.argv[3]} -> working copy)")
-for k, name in zip(changed, names):
-    o, n = old.get(k, {}), new.get(k, {})
+for name in changed:
+    o, n = old.get(name, {}), new.get(name, {})
     print(f"{o.get('regs', '-'):>5} -> {n.get('regs', '-'):<4} {o.get('spill', '-'):>5} -> {n.get('spill', '-'):<6} {name}")
 print(f"{len(changed)} of {len(set(old) | set(new))} kernels differ")
 PY
