@@ -8,6 +8,8 @@
 #   scripts/gpu_sanitize.sh                         dist/bin/replayssm_gpu_tests, else build/tests/gpu/replayssm_gpu_tests
 #   scripts/gpu_sanitize.sh BINARY                  another Catch2 test binary
 #   scripts/gpu_sanitize.sh BINARY "[gpu][mamba2]"  a narrower test filter (default "[gpu]")
+#   scripts/gpu_sanitize.sh BINARY FILTER -c "interval 16"   further arguments go to the test binary (here: one
+#                                                   section, for a case too slow under racecheck for one call)
 #   SANITIZER_TOOLS="memcheck" scripts/gpu_sanitize.sh     fewer tools (default: all four)
 #   REPLAYSSM_GPU_TESTS=one-per-kernel scripts/gpu_sanitize.sh   the kernel-level cases once per kernel configuration:
 #                                                   intervals read as K = 1, K = 8|16 or another K > 1
@@ -134,6 +136,7 @@ if [ -n "$bin" ] && [ -f "$bin" ] && [ ! -x "$bin" ]; then chmod +x "$bin"; fi
   exit 2
 }
 filter="${2:-[gpu]}"
+test_args=("${@:3}")
 case "${REPLAYSSM_GPU_TESTS:-all}" in
   all|one-per-kernel) ;;
   *) echo "gpu_sanitize: REPLAYSSM_GPU_TESTS='$REPLAYSSM_GPU_TESTS' is not a scope (all, one-per-kernel)"; exit 2 ;;
@@ -152,7 +155,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null || 
 failed=()
 for tool in "${tools[@]}"; do
   echo "=== compute-sanitizer --tool $tool"
-  if ! sanitize "$tool" "$log_dir/sanitize-$tool.log" "$bin" "$filter" --use-colour no; then failed+=("$tool"); fi
+  if ! sanitize "$tool" "$log_dir/sanitize-$tool.log" "$bin" "$filter" "${test_args[@]}" --use-colour no; then failed+=("$tool"); fi
 done
 if [ ${#failed[@]} -gt 0 ]; then
   echo "gpu_sanitize: FAILED under ${failed[*]} (logs: $log_dir/sanitize-<tool>.log)"

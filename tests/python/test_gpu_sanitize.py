@@ -51,3 +51,26 @@ def test_an_unknown_test_scope_is_refused_before_any_run(tmp_path):
     r = run(tmp_path, stand_in(tmp_path, ["kernel a"]), "[gpu]", REPLAYSSM_GPU_TESTS="one_per_kernel")
     assert r.returncode == 2
     assert "REPLAYSSM_GPU_TESTS='one_per_kernel' is not a scope (all, one-per-kernel)" in r.stdout
+
+
+def test_arguments_after_the_filter_reach_the_test_binary(tmp_path):
+    # A case too slow under racecheck for one device call runs a section at a time: `-c "interval 16"` must reach
+    # the test binary, after the filter. A stand-in compute-sanitizer records its arguments and prints a clean summary.
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "compute-sanitizer"
+    fake.write_text("#!/usr/bin/env bash\nprintf '%s\\n' \"$@\" > \"$SANITIZE_LOG_DIR/args.txt\"\n"
+                    "echo '========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)'\n")
+    fake.chmod(0o755)
+    (tmp_path / "logs").mkdir()
+    binary = stand_in(tmp_path, ["kernel a"])
+    r = run(tmp_path, binary, "kernel a", "-c", "interval 16", SANITIZER_TOOLS="racecheck",
+            PATH=f"{bindir}:/usr/bin:/bin")
+    assert r.returncode == 0, r.stdout + r.stderr
+    args = (tmp_path / "logs" / "args.txt").read_text().splitlines()
+    assert args[args.index(binary):] == [binary, "kernel a", "-c", "interval 16", "--use-colour", "no"]
+    # Without them the binary gets the filter alone, as before.
+    r = run(tmp_path, binary, "kernel a", SANITIZER_TOOLS="racecheck", PATH=f"{bindir}:/usr/bin:/bin")
+    assert r.returncode == 0, r.stdout + r.stderr
+    args = (tmp_path / "logs" / "args.txt").read_text().splitlines()
+    assert args[args.index(binary):] == [binary, "kernel a", "--use-colour", "no"]
