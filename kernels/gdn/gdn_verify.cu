@@ -134,9 +134,12 @@ __device__ inline void load_f32(const float* p, float v[kVec]) {
 // ([T][ld]) and bf16(k_s) into s_kb when set. The per-position arithmetic is load_normalised's (per-thread fmaf
 // partial sums, warp tree, warps in order), with every position's loads issued together. s_red: [2·TP][kWarps].
 // Ends with __syncthreads.
-template <class A, int TP>
+// `before_barrier` runs once the window's loads are consumed, before the first barrier: what it writes to shared memory
+// is visible on return (the verify kernel's cursor, read before the call and stored there, so that thread 0's loads
+// of q and k are not held a memory latency behind the cursor).
+template <class A, int TP, class F = NoOp>
 __device__ void normalise_window(const GdnStepArgs& a, int row, int T, int hk, int ld, float* s_q, float* s_k,
-                                 float* s_kb, float* s_red) {
+                                 float* s_kb, float* s_red, F before_barrier = F()) {
   const int K = a.dims.K, tid = threadIdx.x, warp = tid / 32;
   const long long qks = or_default(a.qk_stride, static_cast<long long>(a.dims.HK) * K);
   float part[2 * TP];
@@ -162,6 +165,7 @@ __device__ void normalise_window(const GdnStepArgs& a, int row, int T, int hk, i
     for (int i = 0; i < 2 * TP; ++i)
       if (i < r.count) s_red[(r.first + i) * kWarps + warp] = part[i];
   }
+  before_barrier();
   __syncthreads();
   const float qscale = 1.0f / sqrtf(static_cast<float>(K));
   for (int s = 0; s < T; ++s) {
@@ -380,12 +384,28 @@ __global__ void __launch_bounds__(kThreads, kVerifyMinBlocks<TP>) gdn_verify_ker
     prefetch_rows(static_cast<const Src*>(kDual ? l.d_read : l.d_ckpt) + head_off, K, v_begin, end);
   }
   const int cap = l.capacity, mask = cap - 1;
-  if (tid == 0) {  // written by the previous commit, read-only here
-    s_fill = min(max(__ldcg(&l.d_fill[slot]), 0), E);  // a corrupt cursor must not send ring accesses astray
-    s_base = __ldcg(&l.d_base[slot]) & mask;
+  // At TP = 2 thread 0 reads the cursor into registers and stores it in normalise_window's hook, once the window's
+  // loads of q and k are issued and consumed, so they are not held a memory latency behind it. On an H100 that timed
+  // 2-9% faster at T = 2 and 0.2-2.5% slower at T = 4-8 (more spill there), which keep the store before the call
+  // (benchmarks/experiments/README.md, "The GDN verify's cursor after the window's loads").
+  if constexpr (TP == 2) {
+    int fill0 = 0, base0 = 0;
+    if (tid == 0) fill0 = __ldcg(&l.d_fill[slot]), base0 = __ldcg(&l.d_base[slot]);  // the previous commit's, read-only
+    normalise_window<A, TP>(a, row, T, hk, L.ldk(), smem + L.off_q(), smem + L.off_k(), smem + L.off_kb(),
+                            smem + L.off_red(), [&] {  // ends in a barrier: s_fill, s_base visible
+                              if (tid == 0) {
+                                s_fill = min(max(fill0, 0), E);  // a corrupt cursor must not send ring accesses astray
+                                s_base = base0 & mask;
+                              }
+                            });
+  } else {
+    if (tid == 0) {  // written by the previous commit, read-only here
+      s_fill = min(max(__ldcg(&l.d_fill[slot]), 0), E);  // a corrupt cursor must not send ring accesses astray
+      s_base = __ldcg(&l.d_base[slot]) & mask;
+    }
+    normalise_window<A, TP>(a, row, T, hk, L.ldk(), smem + L.off_q(), smem + L.off_k(), smem + L.off_kb(),
+                            smem + L.off_red());  // ends in a barrier: s_fill, s_base visible
   }
-  normalise_window<A, TP>(a, row, T, hk, L.ldk(), smem + L.off_q(), smem + L.off_k(), smem + L.off_kb(),
-                          smem + L.off_red());  // ends in a barrier: s_fill, s_base visible
   const int hfill = s_fill, base = s_base;
   const bool flush = spec_flushes(hfill, l.interval, T, l.hist);
   const int hw = flush ? 0 : hfill;  // committed entries the window reads
