@@ -387,7 +387,9 @@ __global__ void __launch_bounds__(kThreads, kVerifyMinBlocks<TP>) gdn_verify_ker
   // At TP = 2 thread 0 reads the cursor into registers and stores it in normalise_window's hook, once the window's
   // loads of q and k are issued and consumed, so they are not held a memory latency behind it. On an H100 that timed
   // 2-9% faster at T = 2 and 0.2-2.5% slower at T = 4-8 (more spill there), which keep the store before the call
-  // (benchmarks/experiments/README.md, "The GDN verify's cursor after the window's loads").
+  // (benchmarks/experiments/README.md, "The GDN verify's cursor after the window's loads"). The two branches repeat
+  // the clamp on purpose: each is, to the PTX, the code that was timed (scripts/ptx_diff.sh); a shared form changes
+  // both.
   if constexpr (TP == 2) {
     int fill0 = 0, base0 = 0;
     if (tid == 0) fill0 = __ldcg(&l.d_fill[slot]), base0 = __ldcg(&l.d_base[slot]);  // the previous commit's, read-only
