@@ -12,6 +12,13 @@ benchmark writes) gets spec_table's layout instead, --gdn-fold-tune's FFMA twins
 
     scripts/bench_table.py --ab [--filter REGEX] BASE.json[,BASE2.json] OTHER.json[,OTHER2.json] ...
 
+    scripts/bench_table.py --targets MAMBA2.json GDN.json SPEC.json
+
+Every speed target of issues 10 (Mamba-2), 11 (GDN) and 12 (speculative verify) against one full run of
+bench_mamba2_cuda, bench_gdn_cuda and bench_spec_cuda: ours, the target and met / missed per row, each file's GPU,
+date and commit (verdicts from a card other than the H200, where the targets are set, are marked indicative); the
+README's "Targets at a glance". A case the targets need and the file lacks is an error naming both.
+
 A/B calls (benchmarks/experiments/README.md, scripts/ab_relink.sh): each argument is one build's runs from the same
 device call, comma-separated (repeats of an alternating call); per case, each run's median, their mean, and the mean
 over the first build's (the baseline). Cases are those every build measured, optionally matching REGEX. A
@@ -185,6 +192,139 @@ def ab_table(groups, pattern=None):
     return "\n".join(out)
 
 
+# ---- --targets: every speed target of issues 10, 11 and 12 against one run of each benchmark ----
+
+def _load_rows(path):
+    """(context, case -> median row) of a benchmark JSON; refused by name when it has no median rows."""
+    with open(path) as f:
+        d = json.load(f)
+    rows = median_rows(d)
+    if not rows:
+        raise ValueError(f"{path} has no median rows (a --once run, or repetitions without aggregates?)")
+    return d.get("context", {}), rows
+
+
+def _case(rows, path, key):
+    b = rows.get(key)
+    if b is None:
+        raise ValueError(f"{path} has no median row for case '{key}' (run the benchmark in full, without a filter)")
+    return b
+
+
+def _ceiling(ctx, path, key):
+    try:
+        return float(ctx[key])
+    except (KeyError, ValueError):
+        raise ValueError(f"{path}: context key '{key}' is missing or not a number (the ceilings are measured in "
+                         f"the same run)") from None
+
+
+def _gbs(b):
+    """Achieved GB/s of a row: its modelled bytes over its median time."""
+    return b["bytes"] / 1e3 / us_of(b)
+
+
+def _family_targets(path, issue, eager, replay, dual, t):
+    """Issue 10's (Mamba-2) or 11's (GDN) targets, batch 256 unless named. `replay`, `dual`: the case prefixes of the
+    kernel the cuda decoder runs; t: the family's thresholds."""
+    ctx, rows = _load_rows(path)
+    copy, read = _ceiling(ctx, path, "copy_ceiling_GBps"), _ceiling(ctx, path, "read_ceiling_GBps")
+    c = lambda k: _case(rows, path, k)  # noqa: E731
+    us = lambda k: us_of(c(k))  # noqa: E731
+    e, e1, eb = us(f"{eager}/fp32/batch:256"), us(f"{eager}/fp32/batch:1"), us(f"{eager}/bf16/batch:256")
+    r16, r1 = us(f"{replay}/fp32/K16/amortised/batch:256"), us(f"{replay}/fp32/K16/amortised/batch:1")
+    rb, d16 = us(f"{replay}/bf16/K16/amortised/batch:256"), us(f"{dual}/fp32+bf16/K16/amortised/batch:256")
+    ecopy = _gbs(c(f"{eager}/fp32/batch:256")) / copy
+    out = [
+        (issue, "eager fp32: ≥ 90% of the copy ceiling", f"{e:.1f} µs, {ecopy:.1%}", ecopy >= 0.90),
+        (issue, f"replay fp32 K16 amortised: ≤ {t['replay_us']:.0f} µs", f"{r16:.1f} µs", r16 <= t["replay_us"]),
+        (issue, f"replay fp32 K16 amortised: ≥ {t['replay_x']}x eager fp32", f"{e / r16:.2f}x", e / r16 >= t["replay_x"]),
+        (issue, "batch 1: replay fp32 K16 amortised no slower than eager fp32", f"{r1:.1f} against {e1:.1f} µs "
+         f"({r1 / e1:.2f}x)", r1 <= e1),
+        (issue, f"bf16 state: replay K16 amortised ≥ {t['bf16_x']}x bf16 eager", f"{rb:.1f} against {eb:.1f} µs "
+         f"({eb / rb:.2f}x)", eb / rb >= t["bf16_x"]),
+        (issue, f"dual fp32 + bf16 read K16 amortised: ≤ {t['dual_us']:.0f} µs", f"{d16:.1f} µs ({e / d16:.2f}x "
+         "eager fp32)", d16 <= t["dual_us"]),
+    ]
+    if issue == "10":
+        f16, n16 = c(f"{replay}/fp32/K16/flush/batch:256"), c(f"{replay}/fp32/K16/nonflush/batch:256")
+        r32 = us(f"{replay}/fp32/K32/amortised/batch:256")
+        fall = (e / r32) / (e / r16)
+        out += [
+            (issue, "flush step: ≤ 1.2x eager fp32", f"{us_of(f16):.1f} µs ({us_of(f16) / e:.2f}x)", us_of(f16) / e <= 1.2),
+            (issue, "flush step: ≥ 85% of the copy ceiling", f"{_gbs(f16) / copy:.1%}", _gbs(f16) / copy >= 0.85),
+            (issue, "non-flush replay fp32 K16: ≥ 85% of the read-only ceiling", f"{_gbs(n16) / read:.1%}",
+             _gbs(n16) / read >= 0.85),
+            (issue, "interval 32: speed-up over eager within 10% of interval 16's", f"{e / r32:.2f}x against "
+             f"{e / r16:.2f}x ({fall:.2f})", fall >= 0.90),
+        ]
+    else:
+        # The crossover: the smallest interval from which the inner-product route stays faster than reconstruct.
+        ks = sorted(int(m.group(1)) for k in rows if (m := re.match(r"^replay/inner/fp32/K(\d+)/amortised/batch:256$", k))
+                    and f"replay/reconstruct/fp32/K{m.group(1)}/amortised/batch:256" in rows)
+        wins = [us(f"replay/inner/fp32/K{k}/amortised/batch:256") < us(f"replay/reconstruct/fp32/K{k}/amortised/batch:256")
+                for k in ks]
+        cross = next((k for i, k in enumerate(ks) if all(wins[i:])), None)
+        i32, c32 = us("replay/inner/fp32/K32/amortised/batch:256"), us("replay/reconstruct/fp32/K32/amortised/batch:256")
+        out.append((issue, "interval 32: inner-product route faster than reconstruct (crossover reported)",
+                    f"{i32:.1f} against {c32:.1f} µs; inner faster from K{cross}" if cross else
+                    f"{i32:.1f} against {c32:.1f} µs; no crossover in K {ks}", i32 < c32))
+    return ctx, out
+
+
+def _spec_targets(path):
+    """Issue 12's targets at batch 256, T = 4, both families."""
+    ctx, rows = _load_rows(path)
+    out = []
+    for fam in ("mamba2", "gdn"):
+        b = _case(rows, path, f"{fam}/T:4/batch:256")
+        v, ratio, eager = b["us_verify_amortised"], b["ratio_verify_over_replay"], b["ratio_eager_over_verify"]
+        out.append(("12", f"{fam}: replay verify ≤ 1.1x the standard replay step", f"{v:.1f} against "
+                    f"{b['us_replay_amortised']:.1f} µs ({ratio:.2f}x)", ratio <= 1.1))
+        if fam == "mamba2":
+            out.append(("12", "mamba2: replay verify ≤ 320 µs", f"{v:.1f} µs", v <= 320))
+        out.append(("12", f"{fam}: replay verify ≥ 4.5x faster than the eager speculative baseline",
+                    f"{b['us_eager_verify']:.1f} against {v:.1f} µs ({eager:.2f}x)", eager >= 4.5))
+        out.append(("12", f"{fam}: eager speculative baseline ≥ 90% of the copy ceiling", f"{b['eager_of_copy']:.1%}",
+                    b["eager_of_copy"] >= 0.90))
+    for kind in ("replay", "eager"):
+        cu = us_of(_case(rows, path, f"commit/{kind}/T:4/batch:256"))
+        out.append(("12", f"commit ({kind} rows): < 3 µs per step", f"{cu:.2f} µs", cu < 3.0))
+    return ctx, out
+
+
+# Thresholds of issues 10 and 11 that differ between the families.
+FAMILY_TARGETS = {
+    "10": dict(replay_us=290.0, replay_x=1.9, bf16_x=1.6, dual_us=190.0),
+    "11": dict(replay_us=150.0, replay_x=1.75, bf16_x=1.5, dual_us=100.0),
+}
+
+
+def targets_table(mamba2_path, gdn_path, spec_path):
+    """Markdown: each file's provenance, then one row per target with ours and met / missed. Mamba-2 is judged on the
+    grouped kernel (replay_g / dual_g, what the cuda decoder runs) where the file has it."""
+    _, m_rows = _load_rows(mamba2_path)
+    grouped = "replay_g/fp32/K16/amortised/batch:256" in m_rows
+    runs = [_family_targets(mamba2_path, "10", "eager", "replay_g" if grouped else "replay",
+                            "dual_g" if grouped else "dual", FAMILY_TARGETS["10"]),
+            _family_targets(gdn_path, "11", "eager", "replay/inner", "dual/inner", FAMILY_TARGETS["11"]),
+            _spec_targets(spec_path)]
+    out = []
+    for path, (ctx, _) in zip((mamba2_path, gdn_path, spec_path), runs):
+        gpu = ctx.get("gpu", "?")
+        out.append(f"- `{path}`: {gpu}, {ctx.get('date', '?')}, commit {str(ctx.get('git_commit', '?'))[:10]}"
+                   + ("" if "H200" in gpu else " (the targets are set on the H200: read these verdicts as indicative)"))
+    out += ["", "| issue | target (batch 256 unless named) | ours | |", "|---|---|---|---|"]
+    met = 0
+    for _, rows in runs:
+        for issue, target, ours, ok in rows:
+            met += ok
+            out.append(f"| {issue} | {target} | {ours} | {'met' if ok else '**missed**'} |")
+    total = sum(len(r) for _, r in runs)
+    out += ["", f"{met} of {total} targets met."]
+    return "\n".join(out)
+
+
 def is_spec(path):
     """A bench_spec_cuda file: by its name, or by the context keys only that benchmark writes."""
     if "spec" in path.rsplit("/", 1)[-1]:
@@ -211,9 +351,18 @@ def main(argv):
         except (OSError, ValueError, KeyError) as e:
             sys.exit(f"bench_table.py --ab: {e}")
         return
+    if len(argv) >= 2 and argv[1] == "--targets":
+        if len(argv) != 5:
+            sys.exit("usage: scripts/bench_table.py --targets MAMBA2.json GDN.json SPEC.json")
+        try:
+            print(targets_table(*argv[2:5]))
+        except (OSError, ValueError, KeyError) as e:
+            sys.exit(f"bench_table.py --targets: {e}")
+        return
     if len(argv) < 2:
         sys.exit("usage: scripts/bench_table.py BENCH.json [BENCH.json ...]\n"
-                 "       scripts/bench_table.py --ab [--filter REGEX] BASE.json[,BASE2.json] OTHER.json[,...] ...")
+                 "       scripts/bench_table.py --ab [--filter REGEX] BASE.json[,BASE2.json] OTHER.json[,...] ...\n"
+                 "       scripts/bench_table.py --targets MAMBA2.json GDN.json SPEC.json")
     for path in argv[1:]:
         print(spec_table(path) if is_spec(path) else table(path))
         print()

@@ -178,3 +178,75 @@ def test_spec_table_shows_the_fan_out_ceiling():
 def test_help_prints_the_usage():
     r = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--ab [--filter REGEX]" in r.stdout
+
+
+# ---- --targets: issues 10-12's speed targets against one run of each benchmark ----
+
+RUNS = ROOT / "benchmarks" / "runs"
+H200_RUNS = [str(RUNS / n) for n in ("mamba2-bench.72c6137.h200.json", "gdn-bench.3d76c5e.h200.json",
+                                     "spec-bench.3d76c5e.h200.json")]
+
+
+def target_rows(out):
+    """target text -> (ours, verdict) of a --targets table."""
+    rows = {}
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) == 6 and cells[1] in ("10", "11", "12"):
+            rows[f"{cells[1]}: {cells[2]}"] = (cells[3], cells[4])
+    return rows
+
+
+def test_targets_of_committed_h200_runs():
+    out = bench_table.targets_table(*H200_RUNS)
+    rows = target_rows(out)
+    assert len(rows) == 26 and "8 of 26 targets met." in out
+    assert rows["10: eager fp32: ≥ 90% of the copy ceiling"] == ("546.2 µs, 92.2%", "met")
+    assert rows["10: replay fp32 K16 amortised: ≤ 290 µs"] == ("326.8 µs", "**missed**")
+    assert rows["11: interval 32: inner-product route faster than reconstruct (crossover reported)"][0].endswith(
+        "inner faster from K4")
+    assert rows["12: commit (replay rows): < 3 µs per step"] == ("2.38 µs", "met")
+    assert "indicative" not in out  # all three runs are H200 runs
+
+
+def corrupted_copy(src, dst, case, factor=None):
+    """A copy of a committed run with one case's median time multiplied by `factor`, or with the case removed."""
+    d = json.loads(pathlib.Path(src).read_text())
+    rows = []
+    for b in d["benchmarks"]:
+        if b["name"].startswith(case + "/iterations:") and b.get("aggregate_name") == "median":
+            if factor is None:
+                continue
+            b = dict(b, real_time=b["real_time"] * factor)
+        rows.append(b)
+    d["benchmarks"] = rows
+    dst.write_text(json.dumps(d))
+    return str(dst)
+
+
+def test_targets_turn_on_the_measured_times(tmp_path):
+    # The verdicts are computed, not copied: a slower eager step falls under the copy-ceiling target, and a faster
+    # replay step meets the one it missed.
+    m = corrupted_copy(H200_RUNS[0], tmp_path / "m.json", "eager/fp32/batch:256", factor=1.2)
+    rows = target_rows(bench_table.targets_table(m, *H200_RUNS[1:]))
+    assert rows["10: eager fp32: ≥ 90% of the copy ceiling"][1] == "**missed**"
+    g = corrupted_copy(H200_RUNS[1], tmp_path / "g.json", "replay/inner/fp32/K16/amortised/batch:256", factor=0.8)
+    rows = target_rows(bench_table.targets_table(H200_RUNS[0], g, H200_RUNS[2]))
+    assert rows["11: replay fp32 K16 amortised: ≤ 150 µs"] == ("139.9 µs", "met")
+
+
+def test_targets_refuse_a_run_without_a_case(tmp_path):
+    g = corrupted_copy(H200_RUNS[1], tmp_path / "cut.json", "replay/inner/fp32/K32/amortised/batch:256")
+    with pytest.raises(ValueError, match=r"cut\.json has no median row for case 'replay/inner/fp32/K32/amortised"):
+        bench_table.targets_table(H200_RUNS[0], g, H200_RUNS[2])
+    r = subprocess.run([sys.executable, str(SCRIPT), "--targets", H200_RUNS[0], g, H200_RUNS[2]],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and r.stderr.count("\n") == 1 and "cut.json" in r.stderr
+    r = subprocess.run([sys.executable, str(SCRIPT), "--targets", H200_RUNS[0]], capture_output=True, text=True)
+    assert r.returncode != 0 and "usage" in r.stderr
+
+
+def test_targets_mark_another_card_indicative():
+    runs = [str(RUNS / f"{n}-bench.7768a9b.h100.json") for n in ("mamba2", "gdn", "spec")]
+    out = bench_table.targets_table(*runs)
+    assert out.count("read these verdicts as indicative") == 3
