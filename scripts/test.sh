@@ -8,7 +8,7 @@
 #                   predicted by a fork of the fuzzer and rejected, so they cannot fail this part.
 #   4. analysis     pytest over the analysis package (tests/python/test_analysis.py) on result files the Release
 #                   replayssm makes during the run, the --quick reproduction included (about a minute), and over
-#                   scripts/bench_table.py's A/B tables (tests/python/test_bench_table.py), the device bundle and the
+#                   scripts/bench_table.py's A/B and targets tables (tests/python/test_bench_table.py), the device bundle and the
 #                   device's A/B runner (test_dist_pack.py, test_gpu_ab.py, with stand-in programs), the static SASS
 #                   counter on a hand-written listing (test_sass_loops.py), gpu_sanitize.sh's refusals
 #                   (test_gpu_sanitize.py), the device call's carry_aside.sh and gpu_steps.sh (test_carry_aside.py,

@@ -1,6 +1,8 @@
 """Tests of scripts/bench_table.py's A/B table (--ab): per-case means over each build's repeats, ratios to the
 baseline, the case filter, and refusals (no common case, a file without median rows). One test pins the committed
-A/B of the grouped flush (benchmarks/experiments/mamba2_flush_regB.*) to the ratio the README quotes.
+A/B of the grouped flush (benchmarks/experiments/mamba2_flush_regB.*) to the ratio the README quotes. Then --targets:
+the verdicts of the committed H200 runs, verdicts that follow a changed time, a missing case named, another card
+marked, and the README's "Targets at a glance" equal to the script's output.
 
     python3 -m pytest tests/python/test_bench_table.py
 """
@@ -250,3 +252,15 @@ def test_targets_mark_another_card_indicative():
     runs = [str(RUNS / f"{n}-bench.7768a9b.h100.json") for n in ("mamba2", "gdn", "spec")]
     out = bench_table.targets_table(*runs)
     assert out.count("read these verdicts as indicative") == 3
+
+
+def test_readme_targets_table_is_the_scripts():
+    # The README's "Targets at a glance" is the script's output for the files it names, unedited: a hand-edited
+    # number, or a run swapped without regenerating, fails here.
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("**Targets at a glance.**")
+    end = readme.index(" targets met.", start) + len(" targets met.")
+    block = readme[readme.index("\n- `", start) + 1:end]
+    paths = [line.split("`")[1] for line in block.splitlines() if line.startswith("- `")]
+    assert len(paths) == 3
+    assert block == bench_table.targets_table(*(str(ROOT / p) for p in paths)).replace(str(ROOT) + "/", "")
