@@ -17,7 +17,9 @@ benchmark writes) gets spec_table's layout instead, --gdn-fold-tune's FFMA twins
 Every speed target of issues 10 (Mamba-2), 11 (GDN) and 12 (speculative verify) against one full run of
 bench_mamba2_cuda, bench_gdn_cuda and bench_spec_cuda: ours, the target and met / missed per row, each file's GPU,
 date and commit (verdicts from a card other than the H200, where the targets are set, are marked indicative); the
-README's "Targets at a glance". A case the targets need and the file lacks is an error naming both.
+README's "Targets at a glance". bench_gdn_cuda and bench_spec_cuda print their issue's verdicts at the end of a run
+(stdout, not kept in the JSON); this gives the same definitions from committed JSON, all three issues in one table.
+A case the targets need and the file lacks is an error naming both.
 
 A/B calls (benchmarks/experiments/README.md, scripts/ab_relink.sh): each argument is one build's runs from the same
 device call, comma-separated (repeats of an alternating call); per case, each run's median, their mean, and the mean
