@@ -1,6 +1,6 @@
 """Tests of scripts/bench_table.py's A/B table (--ab): per-case means over each build's repeats, ratios to the
 baseline, the case filter, and refusals (no common case, a file without median rows). One test pins the committed
-A/B of the grouped flush (benchmarks/experiments/mamba2_flush_regB.*) to the ratio the README quotes. Then --targets:
+A/B of the grouped flush (benchmarks/experiments/mamba2_flush_regB.*) to the ratio docs/gpu_results.md quotes. Then --targets:
 the verdicts of the committed H200 runs, verdicts that follow a changed time, a missing case named, another card
 marked, and the README's "Targets at a glance" equal to the script's output.
 
@@ -81,7 +81,7 @@ def test_committed_grouped_flush_ab():
 
 def test_committed_verify_fold_ab_is_a_spec_table():
     """bench_spec_cuda --gdn-fold-tune output under a name without "spec": found by its context, the FFMA twins as
-    their own family after the default rows (benchmarks/experiments/gdn_verify_mma.cap.1, the README's A/B)."""
+    their own family after the default rows (benchmarks/experiments/gdn_verify_mma.cap.1, docs/gpu_results.md's A/B)."""
     path = str(ROOT / "benchmarks" / "experiments" / "gdn_verify_mma.cap.1.h200.json")
     assert bench_table.is_spec(path)
     lines = bench_table.spec_table(path).splitlines()
@@ -145,7 +145,7 @@ def test_committed_flush_staged_archive(tmp_path):
 
 def test_committed_eager_verify_archive(tmp_path):
     """The eager speculative verify's H100 A/B (benchmarks/experiments/eager_verify_ab.*): the eager verify is a row of
-    its own, and the ratios the READMEs quote (Mamba-2 kept, GDN level) come from the archive."""
+    its own, and the ratios docs/gpu_results.md quotes (Mamba-2 kept, GDN level) come from the archive."""
     import tarfile
     with tarfile.open(ROOT / "benchmarks" / "experiments" / "eager_verify_ab.e626d77.h100.tar.gz") as t:
         t.extractall(tmp_path, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
@@ -164,7 +164,7 @@ def test_committed_eager_verify_archive(tmp_path):
 
 def test_spec_table_shows_the_fan_out_ceiling():
     """bench_spec_cuda at 971a251 (H100): the fan-out ceiling in the header and the eager baseline's share of it in the
-    last column (the README quotes 92% of copy, 101% of fan-out); files from before it show a dash there."""
+    last column (docs/gpu_results.md quotes 92% of copy, 101% of fan-out); files from before it show a dash there."""
     out = bench_table.spec_table(str(ROOT / "benchmarks" / "runs" / "spec-bench.971a251.h100.json"))
     assert "fan-out (1 read + 4 writes) 2771 GB/s" in out
     assert any(ln.startswith("| mamba2 | 256 | 4 | 456.4 |") and ln.endswith("| 92% | 101% |") for ln in out.splitlines())
