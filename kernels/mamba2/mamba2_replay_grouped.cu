@@ -338,8 +338,9 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   const int row = blockIdx.x / per_row, in_row = blockIdx.x % per_row;
   const int g = in_row / (chunks * ptiles), chunk = in_row % (chunks * ptiles) / ptiles, tile = in_row % ptiles;
   // The slot's read is issued first and waited on only after the row's inputs (x, dt, B_t, C_t, z: indexed by the row,
-  // not the slot) are loaded and staged: otherwise thread 0 reads the cursor (an acquire) between the two and issues
-  // its inputs a memory latency later, a third link in the chain before the first barrier. A padded row reads them.
+  // not the slot) are loaded and staged (kInputsLate below excepted): otherwise thread 0 reads the cursor (an acquire)
+  // between the two and issues its inputs a memory latency later, a third link in the chain before the first barrier.
+  // A padded row reads them.
   const int slot = a.d_slot[row];
   const int tid = threadIdx.x, h0 = g * hpg + chunk * hc;
   const int tile_rows = (P + ptiles - 1) / ptiles;
@@ -362,36 +363,45 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
   const A* Ct = static_cast<const A*>(a.d_C) + row * bcs + g * N;
   const A* z = a.d_z ? static_cast<const A*>(a.d_z) + row * or_default(a.z_stride, static_cast<long long>(H) * P) + pair_base
                      : nullptr;
-  for (int n = tid; n < N; n += kThreads) {
-    smem[L.off_C() + n] = to_f32(Ct[n]);
-    smem[L.off_Bt() + n] = to_buffer_f32(Bt[n]);
-    ismem[L.off_Bbits() + n] = to_buffer_bits(Bt[n]);
-  }
-  for (int hl = tid; hl < hc; hl += kThreads) {
-    const int h = h0 + hl;
-    smem[L.off_delta() + hl] = delta_of(to_f32(dtp[h]), a.d_dt_bias[h], a.dt_min, a.dt_max);
-    smem[L.off_A() + hl] = -expf(a.d_A_log[h]);
-  }
   // This thread's pairs: q = q0 + i, i < kPairVec (np <= kMaxPairs, checked by the launcher).
   const int q0 = tid * kPairVec;
   float xb[kPairVec];
   uint32_t xbits[kPairVec / 2] = {0, 0, 0, 0};  // the pairs' buffer codes, two a register
+  // The row's inputs into shared memory (C_t, B_t, Δ, A, D·x, the gate) and registers (the pairs' x). Serving
+  // batches stage them before waiting on the slot. The small-batch shape (kSmall) reading a 16-bit copy keeps the
+  // order it had, slot -> {ring copies, cursor, inputs}: against the inputs first in one H100 call, batch 1 K16
+  // amortised bf16 replay 0.980, dual fp32 + bf16 0.944, fp32 (which keeps the inputs first: the old order cost it 5%)
+  // and batch 64 / 256 level (benchmarks/experiments/README.md, "The small-batch shape's order").
+  constexpr bool kInputsLate = kSmall && sizeof(Src) == 2;
+  const auto stage_inputs = [&] {
+    for (int n = tid; n < N; n += kThreads) {
+      smem[L.off_C() + n] = to_f32(Ct[n]);
+      smem[L.off_Bt() + n] = to_buffer_f32(Bt[n]);
+      ismem[L.off_Bbits() + n] = to_buffer_bits(Bt[n]);
+    }
+    for (int hl = tid; hl < hc; hl += kThreads) {
+      const int h = h0 + hl;
+      smem[L.off_delta() + hl] = delta_of(to_f32(dtp[h]), a.d_dt_bias[h], a.dt_min, a.dt_max);
+      smem[L.off_A() + hl] = -expf(a.d_A_log[h]);
+    }
 #pragma unroll
-  for (int i = 0; i < kPairVec; ++i) {
-    const int q = q0 + i;
-    xb[i] = 0.0f;
-    if (q < np) {
-      const int hl = q / rows, p = p_begin + q % rows;
-      const float xa = to_f32(x[q]);
-      smem[L.off_dx() + q] = (a.d_per_dim ? a.d_D[(h0 + hl) * P + p] : a.d_D[h0 + hl]) * xa;
-      xb[i] = to_buffer_f32(x[q]);
-      xbits[i / 2] |= static_cast<uint32_t>(to_buffer_bits(x[q])) << (16 * (i % 2));
-      if (z) {
-        const float zv = to_f32(z[q]);
-        smem[L.off_g() + q] = silu<float>(zv);
+    for (int i = 0; i < kPairVec; ++i) {
+      const int q = q0 + i;
+      xb[i] = 0.0f;
+      if (q < np) {
+        const int hl = q / rows, p = p_begin + q % rows;
+        const float xa = to_f32(x[q]);
+        smem[L.off_dx() + q] = (a.d_per_dim ? a.d_D[(h0 + hl) * P + p] : a.d_D[h0 + hl]) * xa;
+        xb[i] = to_buffer_f32(x[q]);
+        xbits[i / 2] |= static_cast<uint32_t>(to_buffer_bits(x[q])) << (16 * (i % 2));
+        if (z) {
+          const float zv = to_f32(z[q]);
+          smem[L.off_g() + q] = silu<float>(zv);
+        }
       }
     }
-  }
+  };
+  if constexpr (!kInputsLate) stage_inputs();
   if (slot < 0) return;
   const long long slot_off = static_cast<long long>(slot) * H * P * N;
   const void* src_copy = kDual ? l.d_read : l.d_ckpt;
@@ -432,6 +442,7 @@ __global__ void __launch_bounds__(kThreads, kGroupedMinBlocks)
     arrived = atomicAdd(&l.d_arrive[slot], 1);
     s_fill = min(max(f, 0), l.interval - 1);
   }
+  if constexpr (kInputsLate) stage_inputs();
   if constexpr (kSmall) pipe::wait_async_copies();
   __syncthreads();
   const int j = s_fill;
