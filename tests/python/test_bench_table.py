@@ -2,7 +2,7 @@
 baseline, the case filter, and refusals (no common case, a file without median rows). One test pins the committed
 A/B of the grouped flush (benchmarks/experiments/mamba2_flush_regB.*) to the ratio docs/gpu_results.md quotes. Then --targets:
 the verdicts of the committed H200 runs, verdicts that follow a changed time, a missing case named, another card
-marked, and the README's "Targets at a glance" equal to the script's output.
+marked, the README's "Targets at a glance" equal to the script's output, and the times of its published comparison taken from it.
 
     python3 -m pytest tests/python/test_bench_table.py
 """
@@ -12,6 +12,7 @@ import importlib.util
 import json
 import pathlib
 import subprocess
+import re
 import sys
 
 import pytest
@@ -264,3 +265,20 @@ def test_readme_targets_table_is_the_scripts():
     paths = [line.split("`")[1] for line in block.splitlines() if line.startswith("- `")]
     assert len(paths) == 3
     assert block == bench_table.targets_table(*(str(ROOT / p) for p in paths)).replace(str(ROOT) + "/", "")
+
+
+def test_readme_published_comparison_quotes_the_targets_table():
+    # "Beside the published kernels" repeats our times by hand next to the published ones: each must be a time the
+    # generated targets block above it prints, so regenerating that block without updating this table fails here.
+    readme = (ROOT / "README.md").read_text()
+    targets = readme[readme.index("**Targets at a glance.**"):readme.index(" targets met.")]
+    start = readme.index("**Beside the published kernels**")
+    rows = [ln for ln in readme[start:readme.index("**What limits the missed targets**", start)].splitlines()
+            if ln.startswith("| ") and not ln.startswith("| step")]
+    assert len(rows) == 8
+    for row in rows:
+        ours = row.split("|")[2]
+        times = re.findall(r"\d+\.\d", ours)
+        assert times, row
+        for t in times:
+            assert re.search(rf"(?<![\d.]){re.escape(t)}(?![\d])", targets), f"{t} µs ({row.split('|')[1].strip()}) is not in the targets block"
