@@ -190,13 +190,13 @@ H200_RUNS = [str(RUNS / n) for n in ("mamba2-bench.72c6137.h200.json", "gdn-benc
                                      "spec-bench.3d76c5e.h200.json")]
 
 
-def target_rows(out):
-    """target text -> (ours, verdict) of a --targets table."""
+def target_rows(out, floors=False):
+    """target text -> (ours, verdict), or (ours, at the DRAM floor, verdict), of a --targets table."""
     rows = {}
     for line in out.splitlines():
         cells = [c.strip() for c in line.split("|")]
-        if len(cells) == 6 and cells[1] in ("10", "11", "12"):
-            rows[f"{cells[1]}: {cells[2]}"] = (cells[3], cells[4])
+        if len(cells) == 7 and cells[1] in ("10", "11", "12"):
+            rows[f"{cells[1]}: {cells[2]}"] = (cells[3], cells[4], cells[5]) if floors else (cells[3], cells[5])
     return rows
 
 
@@ -210,6 +210,28 @@ def test_targets_of_committed_h200_runs():
         "inner faster from K4")
     assert rows["12: commit (replay rows): < 3 µs per step"] == ("2.38 µs", "met")
     assert "indicative" not in out  # all three runs are H200 runs
+
+
+def test_targets_floor_column(tmp_path):
+    # The floor is the case's modelled bytes at the faster ceiling of its own run: Mamba-2's replay amortised step
+    # moves 1.192 GB and that run's copy ceiling (4276 GB/s) is the faster. A time target under its floor, and a ratio
+    # that needs the faster step nearer its floor than the slower, are marked short; shares of a ceiling have none.
+    rows = target_rows(bench_table.targets_table(*H200_RUNS), floors=True)
+    assert rows["10: replay fp32 K16 amortised: ≤ 290 µs"] == ("326.8 µs", "278.8 µs", "**missed**")
+    assert rows["10: replay fp32 K16 amortised: ≥ 1.9x eager fp32"][1] == "1.81x (short)"
+    assert rows["11: replay fp32 K16 amortised: ≥ 1.75x eager fp32"][1] == "1.78x"
+    assert rows["12: mamba2: replay verify ≥ 4.5x faster than the eager speculative baseline"][1] == "3.99x (short)"
+    assert rows["10: eager fp32: ≥ 90% of the copy ceiling"][1] == "-"
+    assert rows["12: commit (replay rows): < 3 µs per step"][1] == "-"
+    # Computed from the bytes, not copied: twice the replay's modelled bytes doubles its floor and makes it short.
+    d = json.loads(pathlib.Path(H200_RUNS[1]).read_text())
+    for b in d["benchmarks"]:
+        if b["name"].startswith("replay/inner/fp32/K16/amortised/batch:256/"):
+            b["bytes"] *= 2
+    g = tmp_path / "g.json"
+    g.write_text(json.dumps(d))
+    rows = target_rows(bench_table.targets_table(H200_RUNS[0], str(g), H200_RUNS[2]), floors=True)
+    assert rows["11: replay fp32 K16 amortised: ≤ 150 µs"] == ("174.9 µs", "277.0 µs (short)", "**missed**")
 
 
 def corrupted_copy(src, dst, case, factor=None):
