@@ -5,6 +5,7 @@ are refused with one line. The printed comparison lines run as they are through 
 import json
 import pathlib
 import shlex
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -12,7 +13,6 @@ import tarfile
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "gpu_ab.sh"
 
 # A benchmark stand-in: appends its name and arguments to @LOG@, writes one median row (@TIME@ us), exits @EXIT@.
 FAKE = """#!/usr/bin/env bash
@@ -43,8 +43,14 @@ def fake(tmp_path, name, time=1.0, exit=0, sleep=0):
 
 
 def run(tmp_path, *args):
+    # A copy in a folder of its own: the script works from its repository root, and dist_env there would unpack a
+    # real dist/pack.tar.xz into dist/bin and dist/lib (800 MB, more than a device call may carry).
+    root = tmp_path / "root"
+    (root / "scripts").mkdir(parents=True, exist_ok=True)
+    for name in ("gpu_ab.sh", "dist_env.sh"):
+        shutil.copy(ROOT / "scripts" / name, root / "scripts" / name)
     out = tmp_path / "out"
-    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True,
+    return subprocess.run(["bash", str(root / "scripts" / "gpu_ab.sh"), *args], capture_output=True, text=True,
                           env={"PATH": "/usr/bin:/bin", "OUT": str(out), "HOME": str(tmp_path)}), out
 
 
