@@ -231,9 +231,9 @@ def _gbs(b):
     return b["bytes"] / 1e3 / us_of(b)
 
 
-def _floor_us(nbytes, ctx, path):
-    """µs to move `nbytes` at the faster of the two ceilings measured in the same run: the step's DRAM floor."""
-    return nbytes / 1e3 / max(_ceiling(ctx, path, "copy_ceiling_GBps"), _ceiling(ctx, path, "read_ceiling_GBps"))
+def _peak(ctx, path):
+    """GB/s of the faster of the two ceilings measured in the run: the rate of the floor column."""
+    return max(_ceiling(ctx, path, "copy_ceiling_GBps"), _ceiling(ctx, path, "read_ceiling_GBps"))
 
 
 def _floor_cell(value, ok):
@@ -248,7 +248,8 @@ def _family_targets(path, issue, eager, replay, dual, t):
     copy, read = _ceiling(ctx, path, "copy_ceiling_GBps"), _ceiling(ctx, path, "read_ceiling_GBps")
     c = lambda k: _case(rows, path, k)  # noqa: E731
     us = lambda k: us_of(c(k))  # noqa: E731
-    fl = lambda k: _floor_us(c(k)["bytes"], ctx, path)  # noqa: E731
+    peak = max(copy, read)
+    fl = lambda k: c(k)["bytes"] / 1e3 / peak  # noqa: E731  the step's DRAM floor, µs
     fe, fe1, feb = fl(f"{eager}/fp32/batch:256"), fl(f"{eager}/fp32/batch:1"), fl(f"{eager}/bf16/batch:256")
     fr16, fr1 = fl(f"{replay}/fp32/K16/amortised/batch:256"), fl(f"{replay}/fp32/K16/amortised/batch:1")
     frb, fd16 = fl(f"{replay}/bf16/K16/amortised/batch:256"), fl(f"{dual}/fp32+bf16/K16/amortised/batch:256")
@@ -272,7 +273,7 @@ def _family_targets(path, issue, eager, replay, dual, t):
     if issue == "10":
         f16, n16 = c(f"{replay}/fp32/K16/flush/batch:256"), c(f"{replay}/fp32/K16/nonflush/batch:256")
         r32, fr32 = us(f"{replay}/fp32/K32/amortised/batch:256"), fl(f"{replay}/fp32/K32/amortised/batch:256")
-        ff = _floor_us(f16["bytes"], ctx, path)
+        ff = fl(f"{replay}/fp32/K16/flush/batch:256")
         fall, ffall = (e / r32) / (e / r16), (fe / fr32) / (fe / fr16)
         out += [
             (issue, "flush step: ≤ 1.2x eager fp32", f"{us_of(f16):.1f} µs ({us_of(f16) / e:.2f}x)",
@@ -301,6 +302,7 @@ def _family_targets(path, issue, eager, replay, dual, t):
 def _spec_targets(path):
     """Issue 12's targets at batch 256, T = 4, both families."""
     ctx, rows = _load_rows(path)
+    peak = _peak(ctx, path)
     out = []
     for fam in ("mamba2", "gdn"):
         b = _case(rows, path, f"{fam}/T:4/batch:256")
@@ -308,8 +310,8 @@ def _spec_targets(path):
         # The verify's floor is its amortised bytes (the windows between flushes at the run's acceptance, and the
         # flushing window), as its time is.
         try:
-            fv, fr, fe = (_floor_us(b[k], ctx, path) for k in ("bytes_verify_amortised", "bytes_replay_amortised",
-                                                                "bytes_eager_verify"))
+            fv, fr, fe = (b[k] / 1e3 / peak for k in ("bytes_verify_amortised", "bytes_replay_amortised",
+                                                       "bytes_eager_verify"))
         except KeyError as k:
             raise ValueError(f"{path}: case '{fam}/T:4/batch:256' has no counter {k}") from None
         out.append(("12", f"{fam}: replay verify ≤ 1.1x the standard replay step", f"{v:.1f} against "

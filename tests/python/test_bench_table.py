@@ -232,6 +232,14 @@ def test_targets_floor_column(tmp_path):
     g.write_text(json.dumps(d))
     rows = target_rows(bench_table.targets_table(H200_RUNS[0], str(g), H200_RUNS[2]), floors=True)
     assert rows["11: replay fp32 K16 amortised: ≤ 150 µs"] == ("174.9 µs", "277.0 µs (short)", "**missed**")
+    # A speculative run without the verify's byte counters is refused by name, not given a floor of nothing.
+    d = json.loads(pathlib.Path(H200_RUNS[2]).read_text())
+    for b in d["benchmarks"]:
+        b.pop("bytes_eager_verify", None)
+    sp = tmp_path / "sp.json"
+    sp.write_text(json.dumps(d))
+    with pytest.raises(ValueError, match=r"sp\.json: case 'mamba2/T:4/batch:256' has no counter 'bytes_eager_verify'"):
+        bench_table.targets_table(*H200_RUNS[:2], str(sp))
 
 
 def corrupted_copy(src, dst, case, factor=None):
