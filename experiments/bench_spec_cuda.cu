@@ -8,9 +8,14 @@
 // ratios of issue 12's targets, which it prints as a table at the end. Not a correctness test (tests/gpu/ is).
 //
 //   bench_spec_cuda [--only=mamba2|gdn] [--mamba2-preset=NAME] [--gdn-preset=NAME] [--p=0.7] [--verify-heads=N]
-//                   [--gdn-l2-ahead=N] [--gdn-fold-tune] [--smoke] [--once] [google benchmark flags]
+//                   [--gdn-l2-ahead=N] [--gdn-fold-tune] [--hist=interval+T|ring] [--smoke] [--once]
+//                   [google benchmark flags]
 //     --only    one family (default both: Nemotron-3 Super-120B Mamba-2 and Qwen3.5-4B GDN)
 //     --p       per-draft acceptance probability of the amortised figures (default 0.7)
+//     --hist    L_hist, the fill the early flush keeps room under (spec_flushes: h + 2T > L_hist): interval + T
+//               (default, METHOD.md's), or ring: the power-of-two ring that interval + T already allocates
+//               (spec_ring_capacity: 32 entries at interval 16 for every T of the sweep), so the ring costs no more
+//               memory and a window flushes early only when the ring itself would overflow (issue 12's wording)
 //     --smoke   a few tiny cases (batch 1 and 3, T 2 and 4), one repetition (ctest); exits 0 without a GPU
 //     --once    one iteration of one repetition per case (for ncu: few launches to replay)
 //     --verify-heads  Mamba2VerifyLaunch::heads_per_cta of the Mamba-2 verify (default 0: the launcher's pick, the
@@ -23,13 +28,15 @@
 //   The Mamba-2 standard replay step is the kernel the cuda decoder runs: the grouped one wherever it accepts the
 //   launch (mamba2_grouped_accepts), else the per-head one.
 //   JSON: --benchmark_out=FILE --benchmark_out_format=json (context: GPU, date, driver, git commit, ceilings,
-//   geometries, p, interval). Default sweep: batch 64 and 256 × T 2 4 6 8 per family, interval 16, hist interval + T.
+//   geometries, p, interval, hist). Default sweep: batch 64 and 256 × T 2 4 6 8 per family, interval 16.
 //
 // Method (as bench_mamba2_cuda / bench_gdn_cuda, KERNELS.md): inputs and state already on the device; per kind one
 // CUDA graph of n × [256 MiB memset (evicts the 50 MB L2), cursor set, launch] minus the same graph without the
 // launch; the difference / n is one launch. The verify reads d_fill / d_base and never writes them, so repeating one
 // launch is stable: the non-flush kind sets fill = 4 (no flush for T <= 8 at interval 16), the flush kind fill =
-// interval (it re-folds the same 16 entries every time, which times a real flush). fp32 state and checkpoint, bf16
+// max(interval, ⌈mean folded fill⌉) (spec_schedule; it re-folds the same entries every time, which times a real
+// flush): the interval with hist = interval + T, where early flushes fold 14.1 entries on average at T = 4, p = 0.7
+// (so the figure is a little above the mean), 17-18 with --hist=ring. fp32 state and checkpoint, bf16
 // activations, outputs and ring. The manual time of a case is the non-flush verify; every other figure is a
 // counter (with repetitions: mean / median / stddev over repetitions; quote the median).
 #include <benchmark/benchmark.h>
@@ -68,6 +75,7 @@ struct Options {
   int verify_heads = 0;
   int gdn_l2_ahead = GdnVerifyLaunch{}.l2_ahead;
   bool gdn_fold_tune = false;
+  bool hist_ring = false;  // --hist=ring
   bool smoke = false, once = false;
 };
 Options g_opt;
@@ -83,7 +91,11 @@ struct Config {
   int batch;
   bool fma_fold = false;  // GDN: the verify's and the standard replay step's mma_fold = false (named .../fold:fma)
 };
-int hist_of(const Config& c) { return g_opt.interval + c.window; }  // L_hist = interval + T (METHOD.md)
+// L_hist: interval + T (METHOD.md), or with --hist=ring the power-of-two ring that size allocates.
+int hist_of(int T) {
+  const int h = g_opt.interval + T;
+  return g_opt.hist_ring ? spec_ring_capacity(h, T) : h;
+}
 
 std::string bench_name(const Config& c) {
   return std::string(c.fam == Fam::Mamba2 ? "mamba2" : "gdn") + "/T:" + std::to_string(c.window) +
@@ -94,44 +106,27 @@ std::string bench_name(const Config& c) {
 
 // Per-draft acceptance p: a window commits k = 1 + (leading drafts accepted) tokens, P(k) = p^(k−1)·(1 − p) for
 // k < T and p^(T−1) for k = T; the mean is m = 1 + p + … + p^(T−1).
-// The share of windows whose verify flushes comes from the committed fill before each window as a Markov chain
-// under the kernels' own flush rule (spec_flushes: at the interval, or early once h + 2T > hist). The brief's
-// estimate, ceil(interval / m) windows per flush, ignores the early flush (with hist = interval + T a row flushes
-// from h > interval − T on) and the spread of k, so it is reported beside the exact figure, not used.
+// The share of windows whose verify flushes, and the fill they fold, come from spec_schedule (decoder/spec.h: the
+// committed fill before each window as a Markov chain under the kernels' own flush rule, spec_flushes; tested on the
+// CPU against the decoder's flush counts). The brief's estimate, ceil(interval / m) windows per flush, ignores the
+// early flush (with hist = interval + T a row flushes from h > interval − T on) and the spread of k, so it is
+// reported beside the exact figure, not used.
 // Amortised verify = (1 − f)·non-flush + f·flush with f the flushing share; the non-flush time is measured at one
 // fill (kNonflushFill): the modelled bytes do not depend on fill beyond the few ring entries read.
 struct Schedule {
-  double m = 1, flush_share = 0, windows_per_flush_approx = 1;
+  SpecSchedule s;
+  double windows_per_flush_approx = 1;
+  int flush_fill = 0;  // the fill the flush kind folds: max(interval, ⌈mean folded⌉)
 };
 
 Schedule schedule(int T) {
-  const int K = g_opt.interval, hist = K + T;
-  const double p = g_opt.p;
-  std::vector<double> q(T + 1, 0.0);
-  for (int k = 1; k <= T; ++k) q[k] = std::pow(p, k - 1) * (k < T ? 1 - p : 1.0);
-  Schedule s;
-  s.m = 0;
-  for (int k = 1; k <= T; ++k) s.m += k * q[k];
-  // Cesàro mean of the chain's distribution from h = 0 (right after a prefill): converges even for p = 0 or 1,
-  // where the chain is periodic. A non-flushing h has h + 2T <= hist, so h + k < hist: the states fit.
-  std::vector<double> pi(hist + 1, 0.0), next(hist + 1), mean(hist + 1, 0.0);
-  pi[0] = 1;
-  const int burn = 1000, steps = 4000;
-  for (int it = 0; it < burn + steps; ++it) {
-    std::fill(next.begin(), next.end(), 0.0);
-    for (int h = 0; h <= hist; ++h) {
-      if (pi[h] == 0) continue;
-      const int from = spec_flushes(h, K, T, hist) ? 0 : h;
-      for (int k = 1; k <= T; ++k) next[from + k] += pi[h] * q[k];
-    }
-    pi.swap(next);
-    if (it >= burn)
-      for (int h = 0; h <= hist; ++h) mean[h] += pi[h] / steps;
-  }
-  for (int h = 0; h <= hist; ++h)
-    if (spec_flushes(h, K, T, hist)) s.flush_share += mean[h];
-  s.windows_per_flush_approx = std::ceil(K / s.m);
-  return s;
+  Acceptance a;
+  a.kind = Acceptance::Kind::Prob, a.p = g_opt.p;
+  Schedule sc;
+  sc.s = spec_schedule(a, T, g_opt.interval, hist_of(T));
+  sc.windows_per_flush_approx = std::ceil(g_opt.interval / sc.s.mean_committed);
+  sc.flush_fill = std::max(g_opt.interval, static_cast<int>(std::ceil(sc.s.mean_folded - 1e-9)));
+  return sc;
 }
 
 // ---- modelled bytes of one launch (the least each kernel must move: fp32 state, bf16 activations and ring) ----
@@ -272,10 +267,10 @@ double ratio(double a, double b) { return b > 0 ? a / b : 0; }  // 0, not NaN or
 
 std::vector<std::pair<std::string, double>> derive(const Config& c, const Times& t) {
   const Schedule sc = schedule(c.window);
-  const double f = sc.flush_share, W = sc.windows_per_flush_approx, us = 1e6;
+  const double f = sc.s.flush_share, W = sc.windows_per_flush_approx, us = 1e6;
   const double amort = (1 - f) * t.verify + f * t.verify_flush;
   const double amort_approx = ((W - 1) * t.verify + t.verify_flush) / W;
-  const double bn = verify_bytes(c, kNonflushFill, false), bf = verify_bytes(c, g_opt.interval, true);
+  const double bn = verify_bytes(c, kNonflushFill, false), bf = verify_bytes(c, sc.flush_fill, true);
   const double ba = (1 - f) * bn + f * bf, be = eager_verify_bytes(c);
   const Traffic tr = replay_traffic(c);
   auto GBps = [](double bytes, double sec) { return ratio(bytes, sec) / 1e9; };
@@ -283,17 +278,20 @@ std::vector<std::pair<std::string, double>> derive(const Config& c, const Times&
       {"window", double(c.window)},
       {"batch", double(c.batch)},
       {"p", g_opt.p},
-      {"mean_committed", sc.m},
+      {"mean_committed", sc.s.mean_committed},
+      {"hist", double(hist_of(c.window))},
       {"flush_share", f},
+      {"mean_folded", sc.s.mean_folded},
+      {"flush_fill", double(sc.flush_fill)},
       {"windows_per_flush", ratio(1, f)},
       {"windows_per_flush_approx", W},
       {"us_verify", t.verify * us},
       {"us_verify_flush", t.verify_flush * us},
       {"us_verify_amortised", amort * us},
       {"us_verify_amortised_approx", amort_approx * us},
-      {"us_per_token", amort / sc.m * us},
+      {"us_per_token", amort / sc.s.mean_committed * us},
       {"us_eager_verify", t.eager * us},
-      {"us_eager_per_token", t.eager / sc.m * us},
+      {"us_eager_per_token", t.eager / sc.s.mean_committed * us},
       {"us_replay_nonflush", t.replay_nonflush * us},
       {"us_replay_flush", t.replay_flush * us},
       {"us_replay_amortised", t.replay_amortised * us},
@@ -387,7 +385,7 @@ struct Steps {
   Launch verify, eager_verify, replay;
   int32_t* spec_fill = nullptr;        // [pool] committed fill the verify reads
   int32_t* replay_fill = nullptr;      // [pool] the standard replay's cursor (its kernel advances it)
-  const int32_t* fills = nullptr;      // [interval + 1, batch]: block f holds fill f for every slot
+  const int32_t* fills = nullptr;      // [max_fill(T) + 1, batch]: block f holds fill f for every slot
   double tiles = 0;                    // CTAs per (row, head) of the streamed fp32 state, for the labels
 };
 
@@ -402,7 +400,7 @@ void time_cases(benchmark::State& st, const Config& c, cudaStream_t s, const Ste
   };
   // Both verify kinds set the fill before every launch: they share d_fill, and the copy cancels in the difference.
   const std::vector<Launch> at_nonflush(kStepsPerGraph, set_fill(k.spec_fill, kNonflushFill));
-  const std::vector<Launch> at_flush(kStepsPerGraph, set_fill(k.spec_fill, KI));
+  const std::vector<Launch> at_flush(kStepsPerGraph, set_fill(k.spec_fill, schedule(c.window).flush_fill));
   const std::vector<Launch> plain(kStepsPerGraph);
   // Standard replay as bench_mamba2_cuda times it: non-flush = mean over fills 0 .. interval−2, flush = fill
   // interval−1, amortised = interval consecutive steps from an empty ring (the last one flushing).
@@ -441,11 +439,15 @@ void time_cases(benchmark::State& st, const Config& c, cudaStream_t s, const Ste
   st.counters["tiles"] = k.tiles;
 }
 
+// The largest fill a case sets: the standard step's interval − 1, the verify's flush fill.
+int max_fill(int T) { return std::max(g_opt.interval, schedule(T).flush_fill); }
+
 // Row r of every launch sits at slot batch−1−r (rows need not be in slot order); pool = batch slots.
-void upload_slots_and_fills(int B, int KI, int32_t* d_slot, int32_t* d_fills) {
-  std::vector<int32_t> slots(B), f(size_t(KI + 1) * B);
+// d_fills: [top + 1, B], block x holding fill x for every slot.
+void upload_slots_and_fills(int B, int top, int32_t* d_slot, int32_t* d_fills) {
+  std::vector<int32_t> slots(B), f(size_t(top + 1) * B);
   for (int r = 0; r < B; ++r) slots[r] = B - 1 - r;
-  for (int x = 0; x <= KI; ++x) std::fill(f.begin() + size_t(x) * B, f.begin() + size_t(x + 1) * B, x);
+  for (int x = 0; x <= top; ++x) std::fill(f.begin() + size_t(x) * B, f.begin() + size_t(x + 1) * B, x);
   CUDA_CHECK(cudaMemcpy(d_slot, slots.data(), B * sizeof(int32_t), cudaMemcpyHostToDevice));
   CUDA_CHECK(cudaMemcpy(d_fills, f.data(), f.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
 }
@@ -453,7 +455,7 @@ void upload_slots_and_fills(int B, int KI, int32_t* d_slot, int32_t* d_fills) {
 void bm_mamba2(benchmark::State& st, Config c) {
   const Mamba2Params& m = g_mamba2.mamba2;
   const int H = m.H, P = m.P, N = m.N, G = m.G, B = c.batch, T = c.window, KI = g_opt.interval;
-  const int hist = hist_of(c), cap = spec_ring_capacity(hist, T);
+  const int hist = hist_of(T), cap = spec_ring_capacity(hist, T), F = max_fill(T);
   const size_t HPN = size_t(H) * P * N, HP = size_t(H) * P, GN = size_t(G) * N, R = size_t(B) * T;
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -462,8 +464,8 @@ void bm_mamba2(benchmark::State& st, Config c) {
   Dev<float> ck(B * HPN), drafts(size_t(T) * B * HPN);
   init_dev(ck.p, B * HPN, 1, 0.5f);
   init_dev(drafts.p, size_t(T) * B * HPN, 1, 0.5f);
-  Dev<int32_t> d_slot(B), fills(size_t(KI + 1) * B), spec_fill(B), base(B), cur(B), rep_fill(B), arrive(B);
-  upload_slots_and_fills(B, KI, d_slot.p, fills.p);
+  Dev<int32_t> d_slot(B), fills(size_t(F + 1) * B), spec_fill(B), base(B), cur(B), rep_fill(B), arrive(B);
+  upload_slots_and_fills(B, F, d_slot.p, fills.p);
   CUDA_CHECK(cudaMemset(spec_fill.p, 0, B * 4)), CUDA_CHECK(cudaMemset(base.p, 0, B * 4));
   CUDA_CHECK(cudaMemset(cur.p, 0, B * 4)), CUDA_CHECK(cudaMemset(rep_fill.p, 0, B * 4));
   CUDA_CHECK(cudaMemset(arrive.p, 0, B * 4));
@@ -524,15 +526,15 @@ void bm_mamba2(benchmark::State& st, Config c) {
 void bm_gdn(benchmark::State& st, Config c) {
   const GdnParams& m = g_gdn.gdn;
   const int HK = m.HK, HV = m.HV, K = m.K, V = m.V, B = c.batch, T = c.window, KI = g_opt.interval;
-  const int hist = hist_of(c), cap = spec_ring_capacity(hist, T);
+  const int hist = hist_of(T), cap = spec_ring_capacity(hist, T), F = max_fill(T);
   const size_t SE = size_t(HV) * V * K, OUT = size_t(HV) * V, QK = size_t(HK) * K, R = size_t(B) * T;
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   Dev<float> ck(B * SE), drafts(size_t(T) * B * SE);
   init_dev(ck.p, B * SE, 1, 0.3f);
   init_dev(drafts.p, size_t(T) * B * SE, 1, 0.3f);
-  Dev<int32_t> d_slot(B), fills(size_t(KI + 1) * B), spec_fill(B), base(B), cur(B), rep_fill(B), arrive(B);
-  upload_slots_and_fills(B, KI, d_slot.p, fills.p);
+  Dev<int32_t> d_slot(B), fills(size_t(F + 1) * B), spec_fill(B), base(B), cur(B), rep_fill(B), arrive(B);
+  upload_slots_and_fills(B, F, d_slot.p, fills.p);
   CUDA_CHECK(cudaMemset(spec_fill.p, 0, B * 4)), CUDA_CHECK(cudaMemset(base.p, 0, B * 4));
   CUDA_CHECK(cudaMemset(cur.p, 0, B * 4)), CUDA_CHECK(cudaMemset(rep_fill.p, 0, B * 4));
   CUDA_CHECK(cudaMemset(arrive.p, 0, B * 4));
@@ -595,7 +597,7 @@ std::string commit_name(bool eager, int T, int B) {
 }
 
 void bm_commit(benchmark::State& st, bool eager, int T, int B) {
-  const int KI = g_opt.interval, hist = KI + T;
+  const int KI = g_opt.interval, hist = hist_of(T);
   cudaStream_t s;
   CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   Dev<int32_t> d_slot(B), fills(size_t(KI + 1) * B), accepted(B), fill(B), base(B), cur(B);
@@ -685,9 +687,9 @@ void register_all() {
 
 void print_targets() {
   const int B = 256, T = 4;
-  std::printf("\nbench_spec_cuda targets (issue 12; batch %d, T = %d, interval %d, p = %.2f; medians of this run; the "
-              "verify is amortised over flushing and non-flushing windows):\n",
-              B, T, g_opt.interval, g_opt.p);
+  std::printf("\nbench_spec_cuda targets (issue 12; batch %d, T = %d, interval %d, hist %d, p = %.2f; medians of this "
+              "run; the verify is amortised over flushing and non-flushing windows):\n",
+              B, T, g_opt.interval, hist_of(T), g_opt.p);
   auto line = [](const std::string& what, bool ran, bool ok, const std::string& got) {
     std::printf("  %-60s %-6s %s\n", what.c_str(), ran ? (ok ? "met" : "MISSED") : "n/a", got.c_str());
   };
@@ -749,7 +751,12 @@ int main(int argc, char** argv) {
     else if (a.rfind("--verify-heads=", 0) == 0) g_opt.verify_heads = integer_of("bench_spec_cuda", a, 15);
     else if (a.rfind("--gdn-l2-ahead=", 0) == 0) g_opt.gdn_l2_ahead = integer_of("bench_spec_cuda", a, 15);
     else if (a == "--gdn-fold-tune") g_opt.gdn_fold_tune = true;
-    else rest.push_back(argv[i]);
+    else if (a == "--hist=ring") g_opt.hist_ring = true;
+    else if (a == "--hist=interval+T") g_opt.hist_ring = false;
+    else if (a.rfind("--hist", 0) == 0) {
+      std::fprintf(stderr, "bench_spec_cuda: --hist must be interval+T or ring (got '%s')\n", a.c_str());
+      return 2;
+    } else rest.push_back(argv[i]);
   }
   if (!g_opt.only.empty() && g_opt.only != "mamba2" && g_opt.only != "gdn") {
     std::fprintf(stderr, "bench_spec_cuda: --only must be mamba2 or gdn\n");
@@ -810,7 +817,7 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("gdn_fold", g_opt.gdn_fold_tune
                                                 ? "tensor cores; .../fold:fma rows: FFMA (mma_fold false)"
                                                 : "tensor cores (mma_fold default)");
-    benchmark::AddCustomContext("hist", "interval + T");
+    benchmark::AddCustomContext("hist", g_opt.hist_ring ? "ring" : "interval + T");
     benchmark::AddCustomContext("p", std::to_string(g_opt.p));
     benchmark::AddCustomContext("nonflush_fill", std::to_string(kNonflushFill));
     benchmark::AddCustomContext("method", "CUDA graph of n x [256 MiB memset, cursor set, launch] minus the graph "

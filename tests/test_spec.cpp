@@ -227,6 +227,56 @@ TEST_CASE("rows flush at their own fill levels, early when the next window might
   CHECK(fills.back() <= rnd.hist());
 }
 
+TEST_CASE("spec_schedule: the flush share and folded fill of the flush rule, exact on periodic schedules and equal to "
+          "what the CPU decoder does under random acceptance",
+          "[spec]") {
+  const auto sched = [](const char* acc, int T, int K, int hist) { return spec_schedule(parse_acceptance(acc), T, K, hist); };
+  // Every draft accepted, T 4, interval 16: fills 4, 8, 12, 16 (12 + 8 <= 20 fits, 16 reaches the interval).
+  SpecSchedule s = sched("all", 4, 16, 20);
+  CHECK(s.mean_committed == 4.0);
+  CHECK(s.flush_share == Approx(0.25).margin(1e-3));
+  CHECK(s.mean_folded == Approx(16).margin(1e-2));
+  // One token a window: L_hist 20 flushes early at 13 (13 + 8 > 20); a 32-entry ring waits for the interval.
+  s = sched("prob:0", 4, 16, 20);
+  CHECK(s.flush_share == Approx(1.0 / 13).margin(1e-3));
+  CHECK(s.mean_folded == Approx(13).margin(1e-2));
+  s = sched("prob:0", 4, 16, 32);
+  CHECK(s.flush_share == Approx(1.0 / 16).margin(1e-3));
+  CHECK(s.mean_folded == Approx(16).margin(1e-2));
+  // fixed:3: 3 .. 15 then early (15 + 8 > 20): 1 in 5; in 32 entries 3 .. 18 (18 >= 16): 1 in 6.
+  CHECK(sched("fixed:3", 4, 16, 20).flush_share == Approx(0.2).margin(1e-3));
+  CHECK(sched("fixed:3", 4, 16, 32).mean_folded == Approx(18).margin(1e-2));
+
+  // Random acceptance: the CPU decoder's own draws (AcceptanceDraw) give the flush count the schedule predicts, per
+  // committed token (flush_share / mean_committed), for L_hist 20 and a 32-entry ring; the two differ by 18%, so the
+  // check tells one rule from the other.
+  const int rows = 16, steps = 1500, T = 4, K = 16;
+  SynthSource src(small_layer(Family::GDN, steps, rows, 7));
+  double measured[2] = {0, 0}, predicted[2] = {0, 0};
+  const int hists[2] = {20, 32};
+  for (int v = 0; v < 2; ++v) {
+    ReplayOptions o = fp32_opts(K, T, "prob:0.7");
+    o.buffer_len = hists[v];
+    ReplayDecoder d(o);
+    run_chunked(d, src, steps);
+    long long flushes = 0;
+    for (int q = 0; q < rows; ++q) flushes += d.flushes(q);
+    measured[v] = static_cast<double>(flushes) / (static_cast<double>(rows) * steps);
+    const SpecSchedule p = sched("prob:0.7", T, K, hists[v]);
+    predicted[v] = p.flush_share / p.mean_committed;
+  }
+  CHECK(predicted[0] == Approx(0.0711).margin(5e-4));  // 0.180 of the windows flush, 2.533 tokens a window
+  CHECK(predicted[1] == Approx(0.0586).margin(5e-4));  // 0.148 of the windows
+  // About 1700 and 1400 flushes, each within 0.5% of the prediction at this seed; 5% leaves room for another draw.
+  CHECK(measured[0] == Approx(predicted[0]).epsilon(0.05));
+  CHECK(measured[1] == Approx(predicted[1]).epsilon(0.05));
+  CHECK_FALSE(measured[0] == Approx(predicted[1]).epsilon(0.05));
+  CHECK_FALSE(measured[1] == Approx(predicted[0]).epsilon(0.05));
+
+  CHECK_THROWS_WITH(sched("trace", 4, 16, 20), Contains("no model"));
+  CHECK_THROWS_WITH(sched("all", 4, 16, 19), Contains("hist >= interval + window"));
+}
+
 TEST_CASE("a 2000-step speculative run stays within the fp32 budget, and every committed checkpoint matches the fp64 "
           "state at the same folded-token count",
           "[spec]") {

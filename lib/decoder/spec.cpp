@@ -1,6 +1,9 @@
 #include "decoder/spec.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdlib>
+#include <vector>
 #include <fmt/format.h>
 
 #include "errors.h"
@@ -58,6 +61,45 @@ double mean_committed(const Acceptance& a, int window) {
     }
     default: return -1;
   }
+}
+
+SpecSchedule spec_schedule(const Acceptance& a, int window, int interval, int hist) {
+  if (window < 1 || interval < 1 || hist < interval + window)
+    throw ConfigError(fmt::format("spec_schedule: needs window >= 1, interval >= 1 and hist >= interval + window (got "
+                                  "window {}, interval {}, hist {})",
+                                  window, interval, hist));
+  if (a.kind == Acceptance::Kind::Trace)
+    throw ConfigError("spec_schedule: acceptance 'trace' has no model to take a schedule from");
+  const int T = window;
+  // P(a window commits k tokens), as AcceptanceDraw::tokens draws k.
+  std::vector<double> q(T + 1, 0.0);
+  if (a.kind == Acceptance::Kind::Prob) {
+    for (int k = 1; k <= T; ++k) q[k] = std::pow(a.p, k - 1) * (k < T ? 1 - a.p : 1.0);
+  } else {
+    q[a.kind == Acceptance::Kind::All ? T : std::min(a.fixed, T)] = 1.0;
+  }
+  // States h = 0 .. hist: a non-flushing h has h + 2T <= hist, so h + k < hist; a flushing one restarts at k <= T.
+  std::vector<double> pi(hist + 1, 0.0), next(hist + 1), mean(hist + 1, 0.0);
+  pi[0] = 1.0;
+  constexpr int kBurn = 2000, kSteps = 8000;
+  for (int it = 0; it < kBurn + kSteps; ++it) {
+    std::fill(next.begin(), next.end(), 0.0);
+    for (int h = 0; h <= hist; ++h) {
+      if (pi[h] == 0) continue;
+      const int from = spec_flushes(h, interval, T, hist) ? 0 : h;
+      for (int k = 1; k <= T; ++k) next[from + k] += pi[h] * q[k];
+    }
+    pi.swap(next);
+    if (it >= kBurn)
+      for (int h = 0; h <= hist; ++h) mean[h] += pi[h] / kSteps;
+  }
+  SpecSchedule s;
+  s.mean_committed = mean_committed(a, T);
+  double folded = 0;
+  for (int h = 0; h <= hist; ++h)
+    if (spec_flushes(h, interval, T, hist)) s.flush_share += mean[h], folded += mean[h] * h;
+  s.mean_folded = s.flush_share > 0 ? folded / s.flush_share : 0;
+  return s;
 }
 
 AcceptanceDraw::AcceptanceDraw(const Acceptance& a, int window, uint64_t seed, std::vector<std::vector<int>> trace)

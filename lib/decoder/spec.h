@@ -39,6 +39,18 @@ Acceptance parse_acceptance(const std::string& s);
 // Mean tokens committed per window of `window` positions (the trace model's mean is unknown: -1).
 double mean_committed(const Acceptance& a, int window);
 
+// The long-run flush schedule of one row under spec_flushes: the committed fill h before each window is a Markov
+// chain (a window at h flushes when spec_flushes(h, interval, window, hist), then commits k tokens onto 0 or h, k
+// drawn as AcceptanceDraw draws it), averaged over windows from an empty ring (a Cesàro mean: it converges where the
+// chain is periodic too, at p = 0 or 1 or a fixed count). The benchmarks' amortised verify is
+// (1 − flush_share)·non-flush + flush_share·flush. Trace acceptance has no model: ConfigError.
+struct SpecSchedule {
+  double mean_committed = 0;  // tokens committed per window
+  double flush_share = 0;     // share of windows that flush
+  double mean_folded = 0;     // committed entries a flushing window folds, on average
+};
+SpecSchedule spec_schedule(const Acceptance& a, int window, int interval, int hist);
+
 // The committed counts of one row's windows, in order: window w of row `row` commits tokens(w) tokens, each in
 // 1..window. Trace counts (per row, from /spec/accepted) are used in order and must cover the run: running past
 // them is an error naming the dataset.

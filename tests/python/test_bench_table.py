@@ -178,6 +178,23 @@ def test_spec_table_shows_the_fan_out_ceiling():
     assert gdn_rows and all(ln.endswith("| — |") for ln in gdn_rows)
 
 
+def test_spec_runs_name_their_hist(tmp_path):
+    """bench_spec_cuda --hist=ring flushes early against the power-of-two ring, not interval + T: the spec table's
+    header and the verify's target rows say which; older runs (no "hist" key, or "interval + T") read as before."""
+    src = RUNS / "spec-bench.3d76c5e.h200.json"
+    assert "hist = interval + T, acceptance" in bench_table.spec_table(str(src))
+    d = json.loads(src.read_text())
+    d["context"]["hist"] = "ring"
+    ring = tmp_path / "ring.json"
+    ring.write_text(json.dumps(d))
+    assert "hist = ring (the power-of-two ring), acceptance" in bench_table.spec_table(str(ring))
+    rows = target_rows(bench_table.targets_table(*H200_RUNS[:2], str(ring)))
+    assert "12: gdn: replay verify ≤ 1.1x the standard replay step (hist = the power-of-two ring)" in rows
+    assert "12: mamba2: replay verify ≤ 320 µs (hist = the power-of-two ring)" in rows
+    assert "12: commit (replay rows): < 3 µs per step" in rows
+    assert not any("hist" in k for k in target_rows(bench_table.targets_table(*H200_RUNS)))
+
+
 def test_help_prints_the_usage():
     r = subprocess.run([sys.executable, str(SCRIPT), "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--ab [--filter REGEX]" in r.stdout
