@@ -2,6 +2,7 @@
 // windows against standard replay and the fp64 reference, per-row early flushes and rollback, the eager baseline,
 // and the [spec] config keys. A corrupted committed ring entry must break the match (the checks have teeth).
 #include <algorithm>
+#include <array>
 #include <catch2/catch.hpp>
 #include <cmath>
 
@@ -272,6 +273,16 @@ TEST_CASE("spec_schedule: the flush share and folded fill of the flush rule, exa
   CHECK(measured[1] == Approx(predicted[1]).epsilon(0.05));
   CHECK_FALSE(measured[0] == Approx(predicted[1]).epsilon(0.05));
   CHECK_FALSE(measured[1] == Approx(predicted[0]).epsilon(0.05));
+
+  // The largest fill the chain reaches is spec_max_committed, what the verify kernels size their committed entries
+  // by: two derivations of one number, at tight and roomy rings, an interval of 1, and a ring under 2T.
+  for (const auto& [T, K, hist] : std::vector<std::array<int, 3>>{
+           {4, 16, 20}, {4, 16, 32}, {2, 16, 18}, {8, 16, 24}, {8, 16, 32}, {3, 5, 40}, {4, 1, 5}, {6, 4, 10}}) {
+    CAPTURE(T, K, hist);
+    CHECK(sched("prob:0.5", T, K, hist).max_fill == spec_max_committed(T, K, hist));
+  }
+  CHECK(spec_max_committed(4, 16, 20) == 16);
+  CHECK(spec_max_committed(4, 16, 32) == 19);
 
   CHECK_THROWS_WITH(sched("trace", 4, 16, 20), Contains("no model"));
   CHECK_THROWS_WITH(sched("all", 4, 16, 19), Contains("hist >= interval + window"));

@@ -52,13 +52,6 @@ namespace {
 
 __host__ __device__ inline int up4(int n) { return (n + 3) & ~3; }
 
-// Largest number of committed entries a verify can see: a window starts from h = 0 (then commits <= T) or from a
-// non-flushing h (h < interval, h + 2T <= hist).
-__host__ __device__ inline int max_committed(int window, int interval, int hist) {
-  const int keep = interval - 1 < hist - 2 * window ? interval - 1 : hist - 2 * window;
-  return window + (keep > 0 ? keep : 0);
-}
-
 // Rows in flight per thread in the verify stream. The batch's 2T dots per row are reduced together, and U·2T = 16
 // values over a 32-lane row leave each lane at most one complete sum to store: no loop over a run-time count, and
 // 16 dot registers. Fewer registers also raise occupancy: at U = 4 (T = 4: 122 registers, 4 CTAs per SM) the stream
@@ -369,7 +362,7 @@ __global__ void __launch_bounds__(kThreads, kVerifyMinBlocks<TP>) gdn_verify_ker
   if (slot < 0) return;  // padded row: nothing read or written
   const int hk = h / vpk, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int tile_rows = (V + vtiles - 1) / vtiles;
-  const int E = max_committed(T, l.interval, l.hist);
+  const int E = spec_max_committed(T, l.interval, l.hist);
   const VerifySmem L{K, T, E, tile_rows};
   constexpr bool kDual = !std::is_void<RD>::value;
   using Src = typename std::conditional<kDual, RD, CK>::type;  // what a non-flushing window reads
@@ -626,7 +619,7 @@ void launch_verify(const GdnVerifyLaunch& l, int vtiles, cudaStream_t stream) {
   const char* what = "gdn_verify";
   const long long blocks = static_cast<long long>(l.step.batch) * l.step.dims.HV * vtiles;
   if (blocks > 0x7FFFFFFFLL) bad_launch(what, "batch · HV · tiles exceeds the grid limit");
-  const VerifySmem L{l.step.dims.K, l.window, max_committed(l.window, l.interval, l.hist),
+  const VerifySmem L{l.step.dims.K, l.window, spec_max_committed(l.window, l.interval, l.hist),
                      (l.step.dims.V + vtiles - 1) / vtiles};
   const size_t bytes = static_cast<size_t>(L.floats()) * sizeof(float);
   if (bytes > 227 * 1024)
@@ -822,9 +815,9 @@ void gdn_verify(const GdnVerifyLaunch& l, cudaStream_t stream) {
     gdn::bad_launch(what, "capacity must be a power of two >= hist");
   // A flushing window still reads its h committed entries while it appends T more (only when hist < 2·window can
   // that exceed hist).
-  if (l.capacity < gdn::max_committed(l.window, l.interval, l.hist) + l.window)
+  if (l.capacity < spec_max_committed(l.window, l.interval, l.hist) + l.window)
     gdn::bad_launch(what, "capacity must be >= the most committed entries (" +
-                              std::to_string(gdn::max_committed(l.window, l.interval, l.hist)) + ") + window");
+                              std::to_string(spec_max_committed(l.window, l.interval, l.hist)) + ") + window");
   if (!l.d_ckpt || !l.d_ring_u || !l.d_ring_k || !l.d_ring_G || !l.d_fill || !l.d_base)
     gdn::bad_launch(what, "d_ckpt, d_ring_u, d_ring_k, d_ring_G, d_fill and d_base must all be set");
   if (l.step.dims.K % 8 != 0) gdn::bad_launch(what, "key dim K must be a multiple of 8 (16-byte ring loads of k)");

@@ -96,8 +96,10 @@ SpecSchedule spec_schedule(const Acceptance& a, int window, int interval, int hi
   SpecSchedule s;
   s.mean_committed = mean_committed(a, T);
   double folded = 0;
-  for (int h = 0; h <= hist; ++h)
+  for (int h = 0; h <= hist; ++h) {
     if (spec_flushes(h, interval, T, hist)) s.flush_share += mean[h], folded += mean[h] * h;
+    if (mean[h] > 0) s.max_fill = h;
+  }
   s.mean_folded = s.flush_share > 0 ? folded / s.flush_share : 0;
   return s;
 }

@@ -25,6 +25,15 @@ RSSM_HD inline bool spec_flushes(int fill, int interval, int window, int hist) {
   return fill > 0 && (fill >= interval || fill + 2 * window > hist);
 }
 
+// The most committed entries a window can find under that rule (the fill a flushing window folds at most): a window
+// starts from h = 0 or a flush's h = 0 (then commits <= window) or from a non-flushing h (h < interval and h + 2·window
+// <= hist), so h <= window + min(interval − 1, hist − 2·window). Verify kernels size their committed-entry arrays by
+// it and clamp a corrupt cursor to it; spec_schedule's max_fill is the same number, reached.
+RSSM_HD inline int spec_max_committed(int window, int interval, int hist) {
+  const int keep = interval - 1 < hist - 2 * window ? interval - 1 : hist - 2 * window;
+  return window + (keep > 0 ? keep : 0);
+}
+
 struct Acceptance {
   enum class Kind { All, Fixed, Prob, Trace };
   Kind kind = Kind::Prob;
@@ -48,6 +57,7 @@ struct SpecSchedule {
   double mean_committed = 0;  // tokens committed per window
   double flush_share = 0;     // share of windows that flush
   double mean_folded = 0;     // committed entries a flushing window folds, on average
+  int max_fill = 0;           // the largest fill a window starts from with non-zero probability
 };
 SpecSchedule spec_schedule(const Acceptance& a, int window, int interval, int hist);
 
