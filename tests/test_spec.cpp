@@ -276,10 +276,10 @@ TEST_CASE("spec_schedule: the flush share and folded fill of the flush rule, exa
 
   // The largest fill the chain reaches is spec_max_committed, what the verify kernels size their committed entries
   // by: two derivations of one number, at tight and roomy rings, an interval of 1, and a ring under 2T.
-  for (const auto& [T, K, hist] : std::vector<std::array<int, 3>>{
+  for (const auto& [w, k, hist] : std::vector<std::array<int, 3>>{
            {4, 16, 20}, {4, 16, 32}, {2, 16, 18}, {8, 16, 24}, {8, 16, 32}, {3, 5, 40}, {4, 1, 5}, {6, 4, 10}}) {
-    CAPTURE(T, K, hist);
-    CHECK(sched("prob:0.5", T, K, hist).max_fill == spec_max_committed(T, K, hist));
+    CAPTURE(w, k, hist);
+    CHECK(sched("prob:0.5", w, k, hist).max_fill == spec_max_committed(w, k, hist));
   }
   CHECK(spec_max_committed(4, 16, 20) == 16);
   CHECK(spec_max_committed(4, 16, 32) == 19);

@@ -25,10 +25,11 @@ RSSM_HD inline bool spec_flushes(int fill, int interval, int window, int hist) {
   return fill > 0 && (fill >= interval || fill + 2 * window > hist);
 }
 
-// The most committed entries a window can find under that rule (the fill a flushing window folds at most): a window
-// starts from h = 0 or a flush's h = 0 (then commits <= window) or from a non-flushing h (h < interval and h + 2·window
-// <= hist), so h <= window + min(interval − 1, hist − 2·window). Verify kernels size their committed-entry arrays by
-// it and clamp a corrupt cursor to it; spec_schedule's max_fill is the same number, reached.
+// The most committed entries a window can find under that rule (the fill a flushing window folds at most): a
+// window's fill is the previous window's (0 if that one flushed) plus at most `window` tokens, and a window that did
+// not flush had h < interval and h + 2·window <= hist, so h <= window + max(0, min(interval − 1, hist − 2·window)).
+// Verify kernels size their committed-entry arrays by it and clamp a corrupt cursor to it; spec_schedule's max_fill
+// is the same number, reached.
 RSSM_HD inline int spec_max_committed(int window, int interval, int hist) {
   const int keep = interval - 1 < hist - 2 * window ? interval - 1 : hist - 2 * window;
   return window + (keep > 0 ? keep : 0);
