@@ -299,10 +299,14 @@ def _family_targets(path, issue, eager, replay, dual, t):
     return ctx, out
 
 
+def _hist_is_ring(ctx):
+    """Whether a bench_spec_cuda run flushed early against its power-of-two ring (--hist=ring) rather than L_hist =
+    interval + T (files before --hist have no key)."""
+    return ctx.get("hist", "interval + T") != "interval + T"
+
+
 def _hist_text(ctx):
-    """The early flush's L_hist of a bench_spec_cuda run (files before --hist have no key: interval + T)."""
-    hist = ctx.get("hist", "interval + T")
-    return "hist = interval + T" if hist == "interval + T" else f"hist = {hist} (the power-of-two ring)"
+    return "hist = ring (the power-of-two ring)" if _hist_is_ring(ctx) else "hist = interval + T"
 
 
 def _spec_targets(path):
@@ -310,7 +314,7 @@ def _spec_targets(path):
     ctx, rows = _load_rows(path)
     peak = _peak(ctx, path)
     # A run with another L_hist than METHOD.md's flushes at another rate: its verify rows say so.
-    hist = "" if ctx.get("hist", "interval + T") == "interval + T" else " (hist = the power-of-two ring)"
+    hist = " (hist = the power-of-two ring)" if _hist_is_ring(ctx) else ""
     out = []
     for fam in ("mamba2", "gdn"):
         b = _case(rows, path, f"{fam}/T:4/batch:256")
