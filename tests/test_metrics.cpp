@@ -456,12 +456,27 @@ TEST_CASE("traffic model: hand computations at the Nemotron-3 Super geometry", "
     CHECK(se.tokens_per_step == 4);
     s.scheme = "spec-replay";
     const Traffic sr = traffic(m, s);
-    // L = 8 + 4 = 12: flush after 2 windows (h = 8 reaches the interval). Windows read 0+4 and 4+4 entries.
-    CHECK(sr.steps_per_flush == 2);
+    // L = 8 + 4 = 12, every draft accepted: windows start from fills 4 and 8, and the one at 8 (the interval)
+    // folds them first. Each reads its fill and its own 4 entries: 4 + 4, and 8 + 4 with the flush.
+    CHECK(sr.steps_per_flush == Approx(2).epsilon(1e-6));
     const double fixed = 32768.0 + 4 * 148.0 + 4 * 162.0;
-    CHECK(sr.per_head_nonflush == fixed + 6 * 148.0);
-    CHECK(sr.per_head_flush == fixed + 8 * 148.0 + 32768.0);
-    CHECK(sr.per_head_amortised == fixed + 6 * 148.0 + 32768.0 / 2);
+    CHECK(sr.per_head_nonflush == Approx(fixed + 8 * 148.0).epsilon(1e-9));
+    CHECK(sr.per_head_flush == Approx(fixed + 12 * 148.0 + 32768.0).epsilon(1e-9));
+    CHECK(sr.per_head_amortised == Approx(fixed + 10 * 148.0 + 32768.0 / 2).epsilon(1e-9));
+    // fixed:3, L = 20, K = 16: fills 3, 6, 9, 12 do not flush, 15 does (15 + 8 > 20): one flush in 5 windows.
+    s.interval = 16;
+    s.buffer_len = 20;
+    s.acceptance = parse_acceptance("fixed:3");
+    const Traffic s3 = traffic(m, s);
+    CHECK(s3.tokens_per_step == 3);
+    CHECK(s3.steps_per_flush == Approx(5).epsilon(1e-6));
+    CHECK(s3.per_head_nonflush == Approx(fixed + (7.5 + 4) * 148.0).epsilon(1e-9));
+    CHECK(s3.per_head_flush == Approx(fixed + (15 + 4) * 148.0 + 32768.0).epsilon(1e-9));
+    s.buffer_len = 19;
+    CHECK_THROWS_WITH(traffic(m, s), Contains("buffer_len"));
+    s.buffer_len = 20;
+    s.acceptance = parse_acceptance("fixed:5");
+    CHECK_THROWS_WITH(traffic(m, s), Contains("fixed:5"));
     CHECK(sr.per_head_amortised < se.per_head_amortised);
   }
   SECTION("group terms are per group: one group costs less per head than eight") {

@@ -237,6 +237,7 @@ TEST_CASE("spec_schedule: the flush share and folded fill of the flush rule, exa
   CHECK(s.mean_committed == 4.0);
   CHECK(s.flush_share == Approx(0.25).margin(1e-3));
   CHECK(s.mean_folded == Approx(16).margin(1e-2));
+  CHECK(s.mean_fill == Approx(10).margin(1e-2));
   // One token a window: L_hist 20 flushes early at 13 (13 + 8 > 20); a 32-entry ring waits for the interval.
   s = sched("prob:0", 4, 16, 20);
   CHECK(s.flush_share == Approx(1.0 / 13).margin(1e-3));
@@ -246,6 +247,7 @@ TEST_CASE("spec_schedule: the flush share and folded fill of the flush rule, exa
   CHECK(s.mean_folded == Approx(16).margin(1e-2));
   // fixed:3: 3 .. 15 then early (15 + 8 > 20): 1 in 5; in 32 entries 3 .. 18 (18 >= 16): 1 in 6.
   CHECK(sched("fixed:3", 4, 16, 20).flush_share == Approx(0.2).margin(1e-3));
+  CHECK(sched("fixed:3", 4, 16, 20).mean_fill == Approx(9).margin(1e-2));
   CHECK(sched("fixed:3", 4, 16, 32).mean_folded == Approx(18).margin(1e-2));
 
   // Random acceptance: the CPU decoder's own draws (AcceptanceDraw) give the flush count the schedule predicts, per
@@ -362,12 +364,22 @@ TEST_CASE("speculative traffic: per committed token, replay verify beats the eag
   e.acceptance = parse_acceptance("prob:0.7");
   const TrafficParams pe = traffic_params(e, 256);
   CHECK(pe.scheme == "spec-eager");
-  CHECK(pe.accepted == Approx(mean_committed(e.acceptance, 4)));
+  CHECK(pe.acceptance.text() == "prob:0.7");
   Scheme r = e;
   r.decoder = DecoderKind::Replay;
   r.interval = 16;
   const Traffic te = traffic(m, pe), tr = traffic(m, traffic_params(r, 256));
+  CHECK(te.tokens_per_step == Approx(mean_committed(e.acceptance, 4)));
   CHECK(tr.tokens_per_step == te.tokens_per_step);
+  // The windows between flushes are the flush schedule's (1 / 0.180 at L_hist 20), and the amortised verify is the
+  // schedule's mix of the two kinds.
+  const SpecSchedule sc = spec_schedule(r.acceptance, 4, 16, 20);
+  CHECK(tr.steps_per_flush == Approx(1 / sc.flush_share));
+  CHECK(tr.batch_amortised == Approx((1 - sc.flush_share) * tr.batch_nonflush + sc.flush_share * tr.batch_flush));
+  // Trace acceptance is modelled as every draft accepted.
+  Scheme t = r;
+  t.acceptance = parse_acceptance("trace");
+  CHECK(traffic(m, traffic_params(t, 256)).tokens_per_step == 4);
   // Modelled: 3.9x fewer bytes per verify at this geometry (the published kernels measure 4.2x).
   CHECK(tr.batch_amortised < te.batch_amortised / 3.5);
   Scheme d = r;

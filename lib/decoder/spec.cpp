@@ -98,6 +98,7 @@ SpecSchedule spec_schedule(const Acceptance& a, int window, int interval, int hi
   double folded = 0;
   for (int h = 0; h <= hist; ++h) {
     if (spec_flushes(h, interval, T, hist)) s.flush_share += mean[h], folded += mean[h] * h;
+    s.mean_fill += mean[h] * h;
     if (mean[h] > 0) s.max_fill = h;
   }
   s.mean_folded = s.flush_share > 0 ? folded / s.flush_share : 0;

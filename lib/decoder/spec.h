@@ -58,6 +58,7 @@ struct SpecSchedule {
   double mean_committed = 0;  // tokens committed per window
   double flush_share = 0;     // share of windows that flush
   double mean_folded = 0;     // committed entries a flushing window folds, on average
+  double mean_fill = 0;       // committed entries a window starts from, on average over all windows
   int max_fill = 0;           // the largest fill a window starts from with non-zero probability
 };
 SpecSchedule spec_schedule(const Acceptance& a, int window, int interval, int hist);

@@ -67,7 +67,7 @@ Bytes state_pass(const Geo& g, const TrafficParams& p, int bytes) {
 struct Steps {
   Bytes nonflush, flush, amortised;
   double tokens = 1;
-  int per_flush = 1;
+  double per_flush = 1;
 };
 
 Steps model_steps(const Geo& g, const TrafficParams& p) {
@@ -109,10 +109,11 @@ Steps model_steps(const Geo& g, const TrafficParams& p) {
   if (s == "spec-eager" || s == "spec-replay") {
     check_positive("window", p.window);
     const int T = p.window;
-    const double k = p.accepted > 0 ? p.accepted : T;
-    if (k > T || k < 1)
-      throw ConfigError(fmt::format("traffic: accepted ({}) must be in 1..window ({})", k, T));
-    r.tokens = k;
+    if (p.acceptance.kind == Acceptance::Kind::Trace)
+      throw ConfigError("traffic: acceptance 'trace' has no model (traffic_params models it as all)");
+    if (p.acceptance.kind == Acceptance::Kind::Fixed && (p.acceptance.fixed < 1 || p.acceptance.fixed > T))
+      throw ConfigError(fmt::format("traffic: acceptance fixed:{} must be in 1..window ({})", p.acceptance.fixed, T));
+    r.tokens = mean_committed(p.acceptance, T);
     if (s == "spec-eager") {
       // One state read, one state written per draft position (the accepted one is picked afterwards).
       r.nonflush = r.flush = r.amortised = S * (1 + T) + g.inputs * T;
@@ -122,29 +123,28 @@ Steps model_steps(const Geo& g, const TrafficParams& p) {
     check_positive("buffer_bytes", p.buffer_bytes);
     const int K = p.interval;
     const int L = p.buffer_len > 0 ? p.buffer_len : K + T;
-    if (L < T) throw ConfigError(fmt::format("traffic: buffer_len ({}) must hold one window ({})", L, T));
+    if (L < K + T)
+      throw ConfigError(fmt::format("traffic: buffer_len ({}) must hold an interval ({}) plus a window ({})", L, K, T));
     // Dual: windows read the read copy; the flush reads and writes the update copy and writes the read copy, and
     // that window's outputs come from the fresh update values (no read-copy read).
     Bytes read_copy = S;
     if (p.read_bytes > 0) read_copy = state_pass(g, p, p.read_bytes);
-    // Flush after a window once the committed entries reach the interval, or early when the next window might
-    // not fit (h + 2T > L, METHOD.md), whichever comes first; always after at least one window. With a mean of k
-    // tokens per window (not always an integer), the counts of windows are the fluid approximation.
-    const int by_interval = static_cast<int>(std::ceil(K / k - 1e-12));
-    const int by_capacity = L - 2 * T >= 0 ? static_cast<int>(std::floor((L - 2 * T) / k + 1e-12)) + 1 : 1;
-    const int W = std::max(1, std::min(by_interval, by_capacity));
-    // Window w (0-based) starts with h = w·k committed entries, reads them and its own T draft entries once
-    // (drafts share one load: causal masking happens in registers), appends T entries, reads the checkpoint once
-    // and writes no state.
+    // The kernels' schedule: a window that starts from h committed entries folds them into the checkpoint first when
+    // spec_flushes(h) (the interval reached, or the next window might not fit), and every window commits k of its T
+    // entries. spec_schedule gives the long-run share of windows that flush and the mean fills they start from.
+    const SpecSchedule sc = spec_schedule(p.acceptance, T, K, L);
+    const double f = sc.flush_share;
+    // Mean fill of the windows that do not flush (none do when every window flushes: then an empty ring's).
+    const double h_keep = f < 1 ? (sc.mean_fill - f * sc.mean_folded) / (1 - f) : 0.0;
+    // Every window reads the checkpoint (or the update copy) once, its h committed entries and its own T draft
+    // entries once (drafts share the load: causal masking happens in registers), appends T entries and reads T tokens'
+    // inputs; only a flushing window writes state.
     const Bytes stream = g.entry * T + g.inputs * T;
-    const double entries_read_mean = k * (W - 1) / 2.0 + T;
-    r.nonflush = read_copy + stream + g.entry * entries_read_mean;
-    r.flush = S * 2 + stream + g.entry * (k * (W - 1) + T);
+    r.nonflush = read_copy + stream + g.entry * (h_keep + T);
+    r.flush = S * 2 + stream + g.entry * (sc.mean_folded + T);
     if (p.read_bytes > 0) r.flush = r.flush + read_copy;
-    // W − 1 windows that do not flush (h = 0, k, .., (W − 2)·k before them) and the one that does.
-    r.amortised = ((read_copy + stream) * (W - 1) + g.entry * (k * (W - 1) * (W - 2) / 2.0 + T * (W - 1)) + r.flush) *
-                  (1.0 / W);
-    r.per_flush = W;
+    r.amortised = r.nonflush * (1 - f) + r.flush * f;
+    r.per_flush = f > 0 ? 1 / f : 0.0;
     return r;
   }
   throw ConfigError(
@@ -243,9 +243,9 @@ TrafficParams traffic_params(const Scheme& s, int batch) {
     t.scheme = s.replays() ? "spec-replay" : "spec-eager";
     t.window = s.window;
     t.buffer_len = s.replays() ? s.spec_hist() : 0;
-    // The trace's acceptance has no known mean: modelled as every draft accepted (tokens_per_step says so).
-    const double m = mean_committed(s.acceptance, s.window);
-    t.accepted = m > 0 ? m : 0;
+    // The trace's acceptance has no model: modelled as every draft accepted (tokens_per_step says so).
+    t.acceptance = s.acceptance;
+    if (t.acceptance.kind == Acceptance::Kind::Trace) t.acceptance = Acceptance{Acceptance::Kind::All};
   }
   t.label = format_name(s.state_format) + (s.dual() ? "/" + format_name(s.read_format) : "");
   return t;

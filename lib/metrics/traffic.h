@@ -20,11 +20,14 @@ struct TrafficParams {
   int act_bytes = 2;      // activation element (step inputs)
   int buffer_bytes = 2;   // buffered x, B (Mamba-2) or u, k (GDN); Δ and g stay fp32 (4 bytes)
   int interval = 8;       // checkpoint interval K (replay, dual, spec-replay)
-  int buffer_len = 0;     // spec-replay: L_hist, ring capacity in entries; 0 = interval + window
+  int buffer_len = 0;     // spec-replay: L_hist, ring capacity in entries (>= interval + window); 0 = interval + window
   int window = 4;         // spec: draft tokens T per verify step
   int batch = 1;          // sequences
   // Additions (not in the list):
-  double accepted = 0;    // spec: mean tokens committed per verify step (1..window); 0 = all `window`
+  // spec: how many tokens a verify commits. spec-replay takes its flush schedule from it (spec_schedule: the share of
+  // windows that flush and the fills they start from, under the kernels' flush rule). Trace acceptance has no model:
+  // traffic_params passes it as All.
+  Acceptance acceptance{Acceptance::Kind::All};
   int scale_bytes = 4;    // every 1-byte state copy (fp8, int8) carries one scale of this size per (head, row);
                           // rows are N (Mamba-2) or K (GDN) long, so it adds scale_bytes/row_len per element
   std::string label;      // formats shown in traffic_table, e.g. "fp32/bf16"; empty: element bytes are shown
@@ -34,16 +37,17 @@ struct TrafficParams {
 // group (B of Mamba-2, q/k of GDN) divided by the heads per group. "batch": all heads of all `batch` sequences with
 // each group term counted once per group (equals per head × heads × batch).
 // nonflush: the mean over the steps of an interval of a step's bytes without the flush's state traffic (standard
-// schemes: buffered entries h = 1..interval after appending, mean (interval + 1)/2; spec-replay: mean over the
-// windows between flushes). flush: the step that flushes. amortised: the mean over one whole interval (flush
-// included). For spec schemes a "step" is one verify call of `window` drafts, committing tokens_per_step tokens.
+// schemes: buffered entries h = 1..interval after appending, mean (interval + 1)/2; spec-replay: the mean over the
+// windows that do not flush, each fill weighted by how often it occurs). flush: the step that flushes (spec-replay:
+// its mean over the fills it folds). amortised: the mean over one whole interval (flush included; spec-replay: over
+// all windows). For spec schemes a "step" is one verify call of `window` drafts, committing tokens_per_step tokens.
 struct Traffic {
   double per_head_nonflush = 0, per_head_flush = 0, per_head_amortised = 0;
   double batch_nonflush = 0, batch_flush = 0, batch_amortised = 0;
-  // Additions: tokens committed per step (1 for standard schemes, `accepted` for spec), and steps per flush
-  // (interval for replay/dual, windows between flushes for spec-replay, 1 for eager schemes).
+  // Additions: tokens committed per step (1 for standard schemes, the acceptance's mean for spec), and steps per
+  // flush (interval for replay/dual, the mean windows between flushes for spec-replay, 1 for eager schemes).
   double tokens_per_step = 1;
-  int steps_per_flush = 1;
+  double steps_per_flush = 1;
 };
 
 // The parameters of a sweep point's scheme over `batch` sequences (eager, replay or dual).
