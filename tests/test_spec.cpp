@@ -249,6 +249,12 @@ TEST_CASE("spec_schedule: the flush share and folded fill of the flush rule, exa
   CHECK(sched("fixed:3", 4, 16, 20).flush_share == Approx(0.2).margin(1e-3));
   CHECK(sched("fixed:3", 4, 16, 20).mean_fill == Approx(9).margin(1e-2));
   CHECK(sched("fixed:3", 4, 16, 32).mean_folded == Approx(18).margin(1e-2));
+  // A cycle longer than a power iteration's steps could average exactly: one token a window, fills 1 .. 4000, the
+  // last reaching the interval (4000 + 4 <= 4004 fits); at L_hist 4002 the early flush comes at 3999 instead.
+  CHECK(sched("prob:0", 2, 4000, 4002).flush_share == Approx(1.0 / 3999).epsilon(1e-12));
+  s = sched("prob:0", 2, 4000, 4004);
+  CHECK(s.flush_share == Approx(1.0 / 4000).epsilon(1e-12));
+  CHECK(s.mean_fill == Approx(4001 / 2.0).epsilon(1e-12));
 
   // Random acceptance: the CPU decoder's own draws (AcceptanceDraw) give the flush count the schedule predicts, per
   // committed token (flush_share / mean_committed), for L_hist 20 and a 32-entry ring; the two differ by 18%, so the

@@ -79,19 +79,32 @@ SpecSchedule spec_schedule(const Acceptance& a, int window, int interval, int hi
     q[a.kind == Acceptance::Kind::All ? T : std::min(a.fixed, T)] = 1.0;
   }
   // States h = 0 .. hist: a non-flushing h has h + 2T <= hist, so h + k < hist; a flushing one restarts at k <= T.
-  std::vector<double> pi(hist + 1, 0.0), next(hist + 1), mean(hist + 1, 0.0);
-  pi[0] = 1.0;
-  constexpr int kBurn = 2000, kSteps = 8000;
-  for (int it = 0; it < kBurn + kSteps; ++it) {
-    std::fill(next.begin(), next.end(), 0.0);
-    for (int h = 0; h <= hist; ++h) {
-      if (pi[h] == 0) continue;
-      const int from = spec_flushes(h, interval, T, hist) ? 0 : h;
-      for (int k = 1; k <= T; ++k) next[from + k] += pi[h] * q[k];
+  std::vector<double> mean(hist + 1, 0.0);
+  const auto after = [&](int h, int k) { return (spec_flushes(h, interval, T, hist) ? 0 : h) + k; };
+  const int sure = static_cast<int>(std::find(q.begin(), q.end(), 1.0) - q.begin());
+  if (sure <= T) {
+    // One count for certain (all, fixed:N, prob:0 or 1): the fills are a sequence that enters a cycle; its mean is the
+    // cycle's, exactly, whatever the cycle's length (a power iteration's Cesàro mean is off by up to length / steps).
+    std::vector<int> seen(hist + 1, -1), path;
+    int h = 0;
+    while (seen[h] < 0) seen[h] = static_cast<int>(path.size()), path.push_back(h), h = after(h, sure);
+    const int first = seen[h], len = static_cast<int>(path.size()) - first;
+    for (int i = first; i < static_cast<int>(path.size()); ++i) mean[path[i]] += 1.0 / len;
+  } else {
+    // Random counts: k = 1 and k = 2 both occur, so the chain is aperiodic and its distribution converges.
+    std::vector<double> pi(hist + 1, 0.0), next(hist + 1);
+    pi[0] = 1.0;
+    constexpr int kBurn = 2000, kSteps = 8000;
+    for (int it = 0; it < kBurn + kSteps; ++it) {
+      std::fill(next.begin(), next.end(), 0.0);
+      for (int h = 0; h <= hist; ++h) {
+        if (pi[h] == 0) continue;
+        for (int k = 1; k <= T; ++k) next[after(h, k)] += pi[h] * q[k];
+      }
+      pi.swap(next);
+      if (it >= kBurn)
+        for (int h = 0; h <= hist; ++h) mean[h] += pi[h] / kSteps;
     }
-    pi.swap(next);
-    if (it >= kBurn)
-      for (int h = 0; h <= hist; ++h) mean[h] += pi[h] / kSteps;
   }
   SpecSchedule s;
   s.mean_committed = mean_committed(a, T);

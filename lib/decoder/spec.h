@@ -51,8 +51,9 @@ double mean_committed(const Acceptance& a, int window);
 
 // The long-run flush schedule of one row under spec_flushes: the committed fill h before each window is a Markov
 // chain (a window at h flushes when spec_flushes(h, interval, window, hist), then commits k tokens onto 0 or h, k
-// drawn as AcceptanceDraw draws it), averaged over windows from an empty ring (a Cesàro mean: it converges where the
-// chain is periodic too, at p = 0 or 1 or a fixed count). The benchmarks' amortised verify is
+// drawn as AcceptanceDraw draws it), averaged over windows in the long run from an empty ring: exactly over the cycle
+// the fills enter where the count is certain (all, fixed:N, prob:0 or 1), and as the limit of a power iteration
+// otherwise. The benchmarks' amortised verify, and the traffic model's (metrics/traffic.h), is
 // (1 − flush_share)·non-flush + flush_share·flush. Trace acceptance has no model: ConfigError.
 struct SpecSchedule {
   double mean_committed = 0;  // tokens committed per window
