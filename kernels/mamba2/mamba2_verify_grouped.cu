@@ -42,12 +42,15 @@ constexpr int kGVMaxHeads = 16;
 constexpr int kGVMaxWindow = 8;                  // larger windows run the per-head kernel
 constexpr size_t kGVSmemBudget = 56 * 1024;      // 4 CTAs on an SM: 228 KiB less 1 KiB reserved per CTA
 
-// Shared memory in floats. Pairs q = hl·P + p, hl < hc. The region from off_U() is used twice: by what only the
+// Shared memory in floats. Pairs q = hl·P + p, hl < hc. The committed-entry arrays are sized by spec_max_committed
+// (decoder/spec.h), not by hist: with hist the power-of-two ring (bench_spec_cuda --hist=ring, 32 at interval 16),
+// sizing them by hist took the T = 4 CTA of 16 heads to 61.8 KB, over kGVSmemBudget; by the 19 entries a window can
+// find there it is 51.3 KB (48.5 KB at hist 20). The region from off_U() is used twice: by what only the
 // prologue reads (the window's B_s, the dots, Δ_s and Λ_s, the committed (Δ_e, Λ_e), the weights) up to phase C, then
 // by a flushing row's B_e and x·weights in phase D. Sharing it is what lets T = 6 and 8 run 8 heads a CTA within
 // kGVSmemBudget (4 at T = 8 before).
 struct GVSmem {
-  int N, T, hist, hc, P;
+  int N, T, hist, hc, P;  // hist: spec_max_committed, the committed entries a window finds at most
   bool gated;
   __host__ __device__ static int up4(int n) { return (n + 3) & ~3; }
   __host__ __device__ int n4() const { return up4(N); }
@@ -282,7 +285,8 @@ __global__ void __launch_bounds__(kThreads, kGVMinBlocks)
   const int slot = a.d_slot[row];
   if (slot < 0) return;  // padded row: nothing read or written
   const int tid = threadIdx.x, h0 = g * hpg + chunk * hc, np = hc * P;
-  const GVSmem L{N, T, l.hist, hc, P, a.d_z != nullptr};
+  const int most = spec_max_committed(T, l.interval, l.hist);
+  const GVSmem L{N, T, most, hc, P, a.d_z != nullptr};
   const int n4 = L.n4(), H4 = L.H4(), E4 = L.E4(), np4 = L.np4();
   constexpr bool kDual = !std::is_void<RD>::value;
   using Src = typename std::conditional<kDual, RD, CK>::type;  // what a window without a flush streams
@@ -292,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, kGVMinBlocks)
   const long long head_elems = static_cast<long long>(P) * N;  // one head's tile
   prefetch_l2(static_cast<const Src*>(src_copy) + slot_off + pair_base * N, head_elems * sizeof(Src));
   const int cap = l.capacity, mask = cap - 1;
-  const int hf = min(max(l.d_fill[slot], 0), l.hist);  // a corrupt cursor must not send ring reads past the entries
+  const int hf = min(max(l.d_fill[slot], 0), most);  // a corrupt cursor must not send ring reads past the entries
   const int rbase = l.d_base[slot] & mask;
   const bool flush = spec_flushes(hf, l.interval, T, l.hist);
   if (kDual && flush)
@@ -539,7 +543,7 @@ void launch_gv(const Mamba2VerifyLaunch& l, int hc, cudaStream_t stream) {
   const Mamba2Dims& d = l.step.dims;
   const long long blocks = static_cast<long long>(l.step.batch) * (d.H / hc);
   if (blocks > 0x7FFFFFFFLL) bad_launch("mamba2_verify", "batch · H / heads_per_cta exceeds the grid limit");
-  const GVSmem L{d.N, l.window, l.hist, hc, d.P, l.step.d_z != nullptr};
+  const GVSmem L{d.N, l.window, spec_max_committed(l.window, l.interval, l.hist), hc, d.P, l.step.d_z != nullptr};
   const size_t bytes = static_cast<size_t>(L.floats()) * sizeof(float);
   auto kernel = d.N == kPresetN ? mamba2_verify_grouped_kernel<A, CK, RD, TP, kPresetN>
                                 : mamba2_verify_grouped_kernel<A, CK, RD, TP, 0>;
@@ -565,7 +569,8 @@ void dispatch_gv(const Mamba2VerifyLaunch& l, int hc, cudaStream_t stream) {
 }
 
 size_t gv_smem_bytes(const Mamba2VerifyLaunch& l, int hc) {
-  const GVSmem L{l.step.dims.N, l.window, l.hist, hc, l.step.dims.P, l.step.d_z != nullptr};
+  const GVSmem L{l.step.dims.N, l.window, spec_max_committed(l.window, l.interval, l.hist), hc, l.step.dims.P,
+                 l.step.d_z != nullptr};
   return static_cast<size_t>(L.floats()) * sizeof(float);
 }
 
