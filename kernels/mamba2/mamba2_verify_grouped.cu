@@ -50,13 +50,13 @@ constexpr size_t kGVSmemBudget = 56 * 1024;      // 4 CTAs on an SM: 228 KiB les
 // by a flushing row's B_e and x·weights in phase D. Sharing it is what lets T = 6 and 8 run 8 heads a CTA within
 // kGVSmemBudget (4 at T = 8 before).
 struct GVSmem {
-  int N, T, hist, hc, P;  // hist: spec_max_committed, the committed entries a window finds at most
+  int N, T, most, hc, P;  // most: spec_max_committed, the committed entries a window finds at most
   bool gated;
   __host__ __device__ static int up4(int n) { return (n + 3) & ~3; }
   __host__ __device__ int n4() const { return up4(N); }
-  __host__ __device__ int E() const { return hist + T; }  // visible entries at most (committed + window)
+  __host__ __device__ int E() const { return most + T; }  // visible entries at most (committed + window)
   __host__ __device__ int E4() const { return up4(E()); }
-  __host__ __device__ int H4() const { return up4(hist); }
+  __host__ __device__ int H4() const { return up4(most); }
   __host__ __device__ int np4() const { return up4(hc * P); }
   __host__ __device__ int off_C() const { return 0; }                           // [T][n4] C_s
   __host__ __device__ int off_A() const { return T * n4(); }                    // [hc] A_h
@@ -76,8 +76,8 @@ struct GVSmem {
   __host__ __device__ int off_cl() const { return off_cd() + hc * H4(); }       // [hc][H4] committed Λ_e
   __host__ __device__ int off_W() const { return off_cl() + hc * H4(); }        // [hc][T][E4] window weights
   // phase D of a flushing row
-  __host__ __device__ int off_Bc() const { return off_U(); }                    // [hist][n4] committed B_e
-  __host__ __device__ int off_u() const { return off_Bc() + hist * n4(); }      // [P][H4] x·weight, one head
+  __host__ __device__ int off_Bc() const { return off_U(); }                    // [most][n4] committed B_e
+  __host__ __device__ int off_u() const { return off_Bc() + most * n4(); }      // [P][H4] x·weight, one head
   __host__ __device__ int floats() const {
     const int before = off_W() + hc * T * E4(), flush = off_u() + P * H4();
     return before > flush ? before : flush;
@@ -538,13 +538,18 @@ __global__ void __launch_bounds__(kThreads, kGVMinBlocks)
   }
 }
 
+size_t gv_smem_bytes(const Mamba2VerifyLaunch& l, int hc) {
+  const GVSmem L{l.step.dims.N, l.window, spec_max_committed(l.window, l.interval, l.hist), hc, l.step.dims.P,
+                 l.step.d_z != nullptr};
+  return static_cast<size_t>(L.floats()) * sizeof(float);
+}
+
 template <class A, class CK, class RD, int TP>
 void launch_gv(const Mamba2VerifyLaunch& l, int hc, cudaStream_t stream) {
   const Mamba2Dims& d = l.step.dims;
   const long long blocks = static_cast<long long>(l.step.batch) * (d.H / hc);
   if (blocks > 0x7FFFFFFFLL) bad_launch("mamba2_verify", "batch · H / heads_per_cta exceeds the grid limit");
-  const GVSmem L{d.N, l.window, spec_max_committed(l.window, l.interval, l.hist), hc, d.P, l.step.d_z != nullptr};
-  const size_t bytes = static_cast<size_t>(L.floats()) * sizeof(float);
+  const size_t bytes = gv_smem_bytes(l, hc);
   auto kernel = d.N == kPresetN ? mamba2_verify_grouped_kernel<A, CK, RD, TP, kPresetN>
                                 : mamba2_verify_grouped_kernel<A, CK, RD, TP, 0>;
   if (bytes > 48 * 1024)
@@ -566,12 +571,6 @@ void dispatch_gv(const Mamba2VerifyLaunch& l, int hc, cudaStream_t stream) {
   with_checkpoint_types(l.dual, l.ckpt_format, l.read_format, [&](auto ck, auto rd) {
     launch_gv_window<A, typename decltype(ck)::type, typename decltype(rd)::type>(l, hc, stream);
   });
-}
-
-size_t gv_smem_bytes(const Mamba2VerifyLaunch& l, int hc) {
-  const GVSmem L{l.step.dims.N, l.window, spec_max_committed(l.window, l.interval, l.hist), hc, l.step.dims.P,
-                 l.step.d_z != nullptr};
-  return static_cast<size_t>(L.floats()) * sizeof(float);
 }
 
 }  // namespace
