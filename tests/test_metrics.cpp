@@ -472,6 +472,8 @@ TEST_CASE("traffic model: hand computations at the Nemotron-3 Super geometry", "
     CHECK(s3.steps_per_flush == Approx(5).epsilon(1e-6));
     CHECK(s3.per_head_nonflush == Approx(fixed + (7.5 + 4) * 148.0).epsilon(1e-9));
     CHECK(s3.per_head_flush == Approx(fixed + (15 + 4) * 148.0 + 32768.0).epsilon(1e-9));
+    // Four windows of 11.5 entries and one of 19 with the fold: (4·11.5 + 19) / 5 = 13 entries a window.
+    CHECK(s3.per_head_amortised == Approx(fixed + 13 * 148.0 + 32768.0 / 5).epsilon(1e-9));
     s.buffer_len = 19;
     CHECK_THROWS_WITH(traffic(m, s), Contains("buffer_len"));
     s.buffer_len = 20;
