@@ -38,7 +38,9 @@
 // flush): the interval with hist = interval + T, where early flushes fold 14.1 entries on average at T = 4, p = 0.7
 // (so the figure is a little above the mean), 17-18 with --hist=ring. fp32 state and checkpoint, bf16
 // activations, outputs and ring. The manual time of a case is the non-flush verify; every other figure is a
-// counter (with repetitions: mean / median / stddev over repetitions; quote the median).
+// counter (with repetitions: mean / median / stddev over repetitions; quote the median). verify_smem_bytes,
+// verify_registers, verify_local_bytes and verify_ctas_per_sm give the verify kernel's footprint on this device
+// (mamba2_verify_footprint / gdn_verify_footprint): a change of L_hist or T that costs a resident CTA shows there.
 #include <benchmark/benchmark.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -387,6 +389,7 @@ struct Steps {
   int32_t* replay_fill = nullptr;      // [pool] the standard replay's cursor (its kernel advances it)
   const int32_t* fills = nullptr;      // [max_fill(T) + 1, batch]: block f holds fill f for every slot
   double tiles = 0;                    // CTAs per (row, head) of the streamed fp32 state, for the labels
+  KernelFootprint verify_footprint;    // the verify's kernel: an occupancy step shows in the JSON beside its times
 };
 
 void time_cases(benchmark::State& st, const Config& c, cudaStream_t s, const Steps& k) {
@@ -437,6 +440,11 @@ void time_cases(benchmark::State& st, const Config& c, cudaStream_t s, const Ste
   all.insert(all.end(), times.begin(), times.end());
   for (const auto& kv : derive(c, median_times(times))) st.counters[kv.first] = kv.second;
   st.counters["tiles"] = k.tiles;
+  const KernelFootprint& f = k.verify_footprint;
+  st.counters["verify_smem_bytes"] = static_cast<double>(f.smem_bytes);
+  st.counters["verify_registers"] = f.registers;
+  st.counters["verify_local_bytes"] = f.local_bytes;
+  st.counters["verify_ctas_per_sm"] = f.ctas_per_sm;
 }
 
 // The largest fill a case sets: the standard step's interval − 1, the verify's flush fill.
@@ -519,6 +527,7 @@ void bm_mamba2(benchmark::State& st, Config c) {
   k.replay = [lr](cudaStream_t st_) { mamba2_replay_step(lr, st_); };
   k.spec_fill = spec_fill.p, k.replay_fill = rep_fill.p, k.fills = fills.p;
   k.tiles = mamba2_p_tiles(a.dims, B, Format::FP32);
+  k.verify_footprint = mamba2_verify_footprint(lv);
   time_cases(st, c, s, k);
   CUDA_CHECK(cudaStreamDestroy(s));
 }
@@ -585,6 +594,7 @@ void bm_gdn(benchmark::State& st, Config c) {
   k.replay = [lr](cudaStream_t st_) { gdn_replay_step(lr, st_); };
   k.spec_fill = spec_fill.p, k.replay_fill = rep_fill.p, k.fills = fills.p;
   k.tiles = gdn_v_tiles(a.dims, B, Format::FP32);
+  k.verify_footprint = gdn_verify_footprint(lv);
   time_cases(st, c, s, k);
   CUDA_CHECK(cudaStreamDestroy(s));
 }

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 
+#include "common/kernel_footprint.h"
 #include "decoder/scheme.h"  // GdnRoute (an enum only: nothing of rssm_decoder is linked)
 #include "numeric/arith.h"
 #include "numeric/format.h"
@@ -210,6 +211,9 @@ struct GdnEagerVerifyLaunch {
 };
 
 void gdn_verify(const GdnVerifyLaunch& launch, cudaStream_t stream);
+// The kernel gdn_verify would launch for `launch` (same checks, same choice): its shared memory, registers and
+// resident CTAs per SM on the current device. Launches nothing.
+KernelFootprint gdn_verify_footprint(const GdnVerifyLaunch& launch);
 void gdn_eager_verify(const GdnEagerVerifyLaunch& launch, cudaStream_t stream);
 
 }  // namespace rssm

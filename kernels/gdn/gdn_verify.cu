@@ -42,6 +42,7 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/kernel_footprint.cuh"
 #include "common/mma_fold.cuh"
 #include "common/spec_kernels.h"
 #include "gdn/gdn_device.cuh"
@@ -614,8 +615,9 @@ __global__ void __launch_bounds__(kThreads, kVerifyMinBlocks<TP>) gdn_verify_ker
   }
 }
 
+// describe: set for gdn_verify_footprint, which gets the kernel's footprint instead of a launch.
 template <class A, class CK, class RD, int TP>
-void launch_verify(const GdnVerifyLaunch& l, int vtiles, cudaStream_t stream) {
+void launch_verify(const GdnVerifyLaunch& l, int vtiles, cudaStream_t stream, KernelFootprint* describe) {
   const char* what = "gdn_verify";
   const long long blocks = static_cast<long long>(l.step.batch) * l.step.dims.HV * vtiles;
   if (blocks > 0x7FFFFFFFLL) bad_launch(what, "batch · HV · tiles exceeds the grid limit");
@@ -627,6 +629,10 @@ void launch_verify(const GdnVerifyLaunch& l, int vtiles, cudaStream_t stream) {
   // mma_fold = false: the kernel compiled for a run-time K, whose flush folds with FFMA.
   auto kernel = l.step.dims.K == kPresetK && l.mma_fold ? gdn_verify_kernel<A, CK, RD, TP, kPresetK>
                                                         : gdn_verify_kernel<A, CK, RD, TP, 0>;
+  if (describe) {
+    *describe = footprint_of(kernel, kThreads, bytes, blocks);
+    return;
+  }
   if (bytes > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(l, vtiles);
@@ -634,24 +640,24 @@ void launch_verify(const GdnVerifyLaunch& l, int vtiles, cudaStream_t stream) {
 }
 
 template <class A, class CK, class RD>
-void dispatch_window(const GdnVerifyLaunch& l, int vtiles, cudaStream_t stream) {
+void dispatch_window(const GdnVerifyLaunch& l, int vtiles, cudaStream_t stream, KernelFootprint* describe) {
   const int T = l.window;
   if (T <= 1)
-    launch_verify<A, CK, RD, 1>(l, vtiles, stream);
+    launch_verify<A, CK, RD, 1>(l, vtiles, stream, describe);
   else if (T <= 2)
-    launch_verify<A, CK, RD, 2>(l, vtiles, stream);
+    launch_verify<A, CK, RD, 2>(l, vtiles, stream, describe);
   else if (T <= 4)
-    launch_verify<A, CK, RD, 4>(l, vtiles, stream);
+    launch_verify<A, CK, RD, 4>(l, vtiles, stream, describe);
   else if (T <= 8)
-    launch_verify<A, CK, RD, 8>(l, vtiles, stream);
+    launch_verify<A, CK, RD, 8>(l, vtiles, stream, describe);
   else
-    launch_verify<A, CK, RD, 16>(l, vtiles, stream);
+    launch_verify<A, CK, RD, 16>(l, vtiles, stream, describe);
 }
 
 template <class A>
-void dispatch_verify_state(const GdnVerifyLaunch& l, int vtiles, cudaStream_t stream) {
+void dispatch_verify_state(const GdnVerifyLaunch& l, int vtiles, cudaStream_t stream, KernelFootprint* describe) {
   with_checkpoint_types(l.dual, l.ckpt_format, l.read_format, [&](auto ck, auto rd) {
-    dispatch_window<A, typename decltype(ck)::type, typename decltype(rd)::type>(l, vtiles, stream);
+    dispatch_window<A, typename decltype(ck)::type, typename decltype(rd)::type>(l, vtiles, stream, describe);
   });
 }
 
@@ -800,7 +806,11 @@ void eager_act(const GdnEagerVerifyLaunch& l, int vtiles, cudaStream_t stream) {
 }  // namespace
 }  // namespace gdn
 
-void gdn_verify(const GdnVerifyLaunch& l, cudaStream_t stream) {
+namespace gdn {
+namespace {
+
+// gdn_verify's checks and kernel choice; describe set: the chosen kernel's footprint, nothing launched.
+void verify_checked(const GdnVerifyLaunch& l, cudaStream_t stream, KernelFootprint* describe) {
   const char* what = "gdn_verify";
   gdn::check_step_args(what, l.step);
   if (l.window < 1 || l.window > kMaxSpecWindow)
@@ -838,9 +848,20 @@ void gdn_verify(const GdnVerifyLaunch& l, cudaStream_t stream) {
   gdn::check_state_rows(what, l.step.dims.K, gdn::state_vec(l.ckpt_format), l.d_ckpt);
   const int vtiles = gdn_v_tiles(l.step.dims, l.step.batch, streamed);
   if (l.step.act_format == Format::BF16)
-    gdn::dispatch_verify_state<__nv_bfloat16>(l, vtiles, stream);
+    gdn::dispatch_verify_state<__nv_bfloat16>(l, vtiles, stream, describe);
   else
-    gdn::dispatch_verify_state<float>(l, vtiles, stream);
+    gdn::dispatch_verify_state<float>(l, vtiles, stream, describe);
+}
+
+}  // namespace
+}  // namespace gdn
+
+void gdn_verify(const GdnVerifyLaunch& l, cudaStream_t stream) { gdn::verify_checked(l, stream, nullptr); }
+
+KernelFootprint gdn_verify_footprint(const GdnVerifyLaunch& l) {
+  KernelFootprint f;  // batch 0: nothing launched, all zero
+  gdn::verify_checked(l, nullptr, &f);
+  return f;
 }
 
 void gdn_eager_verify(const GdnEagerVerifyLaunch& l, cudaStream_t stream) {

@@ -184,7 +184,9 @@ void replay_grouped(const Mamba2ReplayLaunch& l, Format streamed, cudaStream_t s
 // The grouped speculative verify (mamba2_verify_grouped.cu), called by mamba2_verify after its checks:
 // verify_heads_per_cta gives the heads per CTA of a launch (1: the per-head kernel runs it; refuses a bad forced value).
 int verify_heads_per_cta(const Mamba2VerifyLaunch& l);
-void verify_grouped(const Mamba2VerifyLaunch& l, int heads_per_cta, cudaStream_t stream);
+// describe set: the grouped kernel's footprint instead of a launch (mamba2_verify_footprint).
+void verify_grouped(const Mamba2VerifyLaunch& l, int heads_per_cta, cudaStream_t stream,
+                    KernelFootprint* describe = nullptr);
 
 // The pipelined variants' launchers (mamba2_pipelined.cu), called after the common checks.
 void eager_pipelined(const Mamba2EagerLaunch& l, cudaStream_t stream);

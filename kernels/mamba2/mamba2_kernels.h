@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "common/kernel_footprint.h"
 #include "numeric/arith.h"
 #include "numeric/format.h"
 
@@ -183,6 +184,9 @@ constexpr int kMamba2MaxHist = 64;
 
 void mamba2_eager_step(const Mamba2EagerLaunch& launch, cudaStream_t stream);
 void mamba2_verify(const Mamba2VerifyLaunch& launch, cudaStream_t stream);
+// The kernel mamba2_verify would launch for `launch` (same checks, same choice of per-head or grouped kernel): its
+// shared memory, registers and resident CTAs per SM on the current device. Launches nothing.
+KernelFootprint mamba2_verify_footprint(const Mamba2VerifyLaunch& launch);
 void mamba2_eager_verify(const Mamba2EagerVerifyLaunch& launch, cudaStream_t stream);
 void mamba2_replay_step(const Mamba2ReplayLaunch& launch, cudaStream_t stream);
 

@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "common/cuda_check.h"
+#include "common/kernel_footprint.cuh"
 #include "common/spec_kernels.h"
 #include "common/warp_reduce.cuh"
 #include "mamba2/mamba2_device.cuh"
@@ -325,14 +326,19 @@ __global__ void __launch_bounds__(kThreads, kVerifyMinBlocks) mamba2_verify_kern
   }
 }
 
+// describe: set for mamba2_verify_footprint, which gets the kernel's footprint instead of a launch.
 template <class A, class CK, class RD>
-void launch_verify(const Mamba2VerifyLaunch& l, int ptiles, cudaStream_t stream) {
+void launch_verify(const Mamba2VerifyLaunch& l, int ptiles, cudaStream_t stream, KernelFootprint* describe) {
   const long long blocks = static_cast<long long>(l.step.batch) * l.step.dims.H * ptiles;
   if (blocks > 0x7FFFFFFFLL) bad_launch("mamba2_verify", "batch · H · tiles exceeds the grid limit");
   const VerifySmem L{l.step.dims.N, l.window, l.hist + l.window, (l.step.dims.P + ptiles - 1) / ptiles, l.hist};
   const size_t bytes = static_cast<size_t>(L.floats()) * sizeof(float);
   auto kernel = l.window <= 4 ? mamba2_verify_kernel<A, CK, RD, 4>
                 : l.window <= 8 ? mamba2_verify_kernel<A, CK, RD, 8> : mamba2_verify_kernel<A, CK, RD, 16>;
+  if (describe) {
+    *describe = footprint_of(kernel, kThreads, bytes, blocks);
+    return;
+  }
   if (bytes > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(l, ptiles);
@@ -340,9 +346,9 @@ void launch_verify(const Mamba2VerifyLaunch& l, int ptiles, cudaStream_t stream)
 }
 
 template <class A>
-void dispatch_verify(const Mamba2VerifyLaunch& l, int ptiles, cudaStream_t stream) {
+void dispatch_verify(const Mamba2VerifyLaunch& l, int ptiles, cudaStream_t stream, KernelFootprint* describe) {
   with_checkpoint_types(l.dual, l.ckpt_format, l.read_format, [&](auto ck, auto rd) {
-    launch_verify<A, typename decltype(ck)::type, typename decltype(rd)::type>(l, ptiles, stream);
+    launch_verify<A, typename decltype(ck)::type, typename decltype(rd)::type>(l, ptiles, stream, describe);
   });
 }
 
@@ -476,7 +482,11 @@ void dispatch_eager_verify(const Mamba2EagerVerifyLaunch& l, int ptiles, cudaStr
 }  // namespace
 }  // namespace m2
 
-void mamba2_verify(const Mamba2VerifyLaunch& l, cudaStream_t stream) {
+namespace m2 {
+namespace {
+
+// mamba2_verify's checks and kernel choice; describe set: the chosen kernel's footprint, nothing launched.
+void verify_checked(const Mamba2VerifyLaunch& l, cudaStream_t stream, KernelFootprint* describe) {
   const char* what = "mamba2_verify";
   m2::check_step_args(what, l.step);
   if (l.step.batch == 0) return;
@@ -509,14 +519,25 @@ void mamba2_verify(const Mamba2VerifyLaunch& l, cudaStream_t stream) {
   m2::check_state_rows(what, l.step.dims.N, m2::state_vec(l.ckpt_format), l.d_ckpt);
   const int hc = m2::verify_heads_per_cta(l);
   if (hc > 1) {  // serving batches: the prologue once per hc heads (mamba2_verify_grouped.cu)
-    m2::verify_grouped(l, hc, stream);
+    m2::verify_grouped(l, hc, stream, describe);
     return;
   }
   const int ptiles = mamba2_p_tiles(l.step.dims, l.step.batch, streamed);
   if (l.step.act_format == Format::BF16)
-    m2::dispatch_verify<__nv_bfloat16>(l, ptiles, stream);
+    m2::dispatch_verify<__nv_bfloat16>(l, ptiles, stream, describe);
   else
-    m2::dispatch_verify<float>(l, ptiles, stream);
+    m2::dispatch_verify<float>(l, ptiles, stream, describe);
+}
+
+}  // namespace
+}  // namespace m2
+
+void mamba2_verify(const Mamba2VerifyLaunch& l, cudaStream_t stream) { m2::verify_checked(l, stream, nullptr); }
+
+KernelFootprint mamba2_verify_footprint(const Mamba2VerifyLaunch& l) {
+  KernelFootprint f;  // batch 0: nothing launched, all zero
+  m2::verify_checked(l, nullptr, &f);
+  return f;
 }
 
 void mamba2_eager_verify(const Mamba2EagerVerifyLaunch& l, cudaStream_t stream) {

@@ -25,6 +25,7 @@
 
 #include "common/cuda_check.h"
 #include "common/device_query.h"
+#include "common/kernel_footprint.cuh"
 #include "common/spec_kernels.h"
 #include "common/warp_reduce.cuh"
 #include "mamba2/mamba2_device.cuh"
@@ -544,14 +545,19 @@ size_t gv_smem_bytes(const Mamba2VerifyLaunch& l, int hc) {
   return static_cast<size_t>(L.floats()) * sizeof(float);
 }
 
+// describe: set for mamba2_verify_footprint, which gets the kernel's footprint instead of a launch.
 template <class A, class CK, class RD, int TP>
-void launch_gv(const Mamba2VerifyLaunch& l, int hc, cudaStream_t stream) {
+void launch_gv(const Mamba2VerifyLaunch& l, int hc, cudaStream_t stream, KernelFootprint* describe) {
   const Mamba2Dims& d = l.step.dims;
   const long long blocks = static_cast<long long>(l.step.batch) * (d.H / hc);
   if (blocks > 0x7FFFFFFFLL) bad_launch("mamba2_verify", "batch · H / heads_per_cta exceeds the grid limit");
   const size_t bytes = gv_smem_bytes(l, hc);
   auto kernel = d.N == kPresetN ? mamba2_verify_grouped_kernel<A, CK, RD, TP, kPresetN>
                                 : mamba2_verify_grouped_kernel<A, CK, RD, TP, 0>;
+  if (describe) {
+    *describe = footprint_of(kernel, kThreads, bytes, blocks);
+    return;
+  }
   if (bytes > 48 * 1024)
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(l, hc);
@@ -559,17 +565,17 @@ void launch_gv(const Mamba2VerifyLaunch& l, int hc, cudaStream_t stream) {
 }
 
 template <class A, class CK, class RD>
-void launch_gv_window(const Mamba2VerifyLaunch& l, int hc, cudaStream_t stream) {
+void launch_gv_window(const Mamba2VerifyLaunch& l, int hc, cudaStream_t stream, KernelFootprint* describe) {
   if (l.window <= 4)
-    launch_gv<A, CK, RD, 4>(l, hc, stream);
+    launch_gv<A, CK, RD, 4>(l, hc, stream, describe);
   else
-    launch_gv<A, CK, RD, 8>(l, hc, stream);
+    launch_gv<A, CK, RD, 8>(l, hc, stream, describe);
 }
 
 template <class A>
-void dispatch_gv(const Mamba2VerifyLaunch& l, int hc, cudaStream_t stream) {
+void dispatch_gv(const Mamba2VerifyLaunch& l, int hc, cudaStream_t stream, KernelFootprint* describe) {
   with_checkpoint_types(l.dual, l.ckpt_format, l.read_format, [&](auto ck, auto rd) {
-    launch_gv_window<A, typename decltype(ck)::type, typename decltype(rd)::type>(l, hc, stream);
+    launch_gv_window<A, typename decltype(ck)::type, typename decltype(rd)::type>(l, hc, stream, describe);
   });
 }
 
@@ -610,11 +616,11 @@ int verify_heads_per_cta(const Mamba2VerifyLaunch& l) {
   return hc;
 }
 
-void verify_grouped(const Mamba2VerifyLaunch& l, int hc, cudaStream_t stream) {
+void verify_grouped(const Mamba2VerifyLaunch& l, int hc, cudaStream_t stream, KernelFootprint* describe) {
   if (l.step.act_format == Format::BF16)
-    dispatch_gv<__nv_bfloat16>(l, hc, stream);
+    dispatch_gv<__nv_bfloat16>(l, hc, stream, describe);
   else
-    dispatch_gv<float>(l, hc, stream);
+    dispatch_gv<float>(l, hc, stream, describe);
 }
 
 }  // namespace m2

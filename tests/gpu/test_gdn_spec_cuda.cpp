@@ -862,6 +862,39 @@ TEST_CASE("gdn verify: the tensor-core flush against the FFMA flush", "[gpu][gdn
   run_fold_ab(g.name, g.dims, 4, 16, Ckpt{Format::FP32, true, Format::BF16}, true);
 }
 
+TEST_CASE("gdn verify footprint: the kernel gdn_verify would launch, and nothing launched", "[gpu][gdn][spec]") {
+  if (!have_device()) return;
+  const Geo g = kGeos[1];  // Qwen3.5-4B: K = 128, the tensor-core fold at T = 4
+  const int rows = 2, T = 4, interval = 16, cap = spec_ring_capacity(32, T);
+  Layer L(g.dims, Format::BF16, rows, T, 7);
+  const size_t SE = static_cast<size_t>(g.dims.HV) * g.dims.V * g.dims.K;
+  VerifyState vs(g.dims, rows, cap, Ckpt{}, std::vector<float>(rows * SE, 0.0f), -1);
+  DevBuf<int32_t> dslot(rows);
+  dslot.put({1, 0});
+  DevBuf<float> dout(rows * T * L.OUT);
+  CUDA_CHECK(cudaMemset(dout.p, 0xFF, dout.n * 4));
+  // hist 20 keeps at most 16 committed entries (one k-step of the fold), hist 32 keeps 19 (two).
+  const GdnVerifyLaunch near = vs.launch(L.args(dslot.p, dout.p, Format::FP32), T, interval, interval + T);
+  const GdnVerifyLaunch far = vs.launch(L.args(dslot.p, dout.p, Format::FP32), T, interval, 32);
+  const KernelFootprint a = gdn_verify_footprint(near), b = gdn_verify_footprint(far);
+  INFO("smem " << a.smem_bytes << " -> " << b.smem_bytes << " bytes, " << a.registers << " registers, "
+               << a.local_bytes << " local bytes, " << a.ctas_per_sm << " -> " << b.ctas_per_sm << " CTAs per SM");
+  CHECK(a.ctas == static_cast<long long>(rows) * g.dims.HV * gdn_v_tiles(g.dims, rows, Format::FP32));
+  CHECK(a.threads > 0);
+  CHECK(a.threads % 32 == 0);
+  CHECK(a.registers > 0);
+  CHECK(a.registers <= 255);
+  CHECK(a.ctas_per_sm >= 1);
+  CHECK(b.ctas_per_sm <= a.ctas_per_sm);
+  CHECK(b.smem_bytes > a.smem_bytes);
+  GdnVerifyLaunch bad = near;
+  bad.capacity = 24;
+  CHECK_THROWS_WITH(gdn_verify_footprint(bad), Catch::Contains("capacity"));  // the launcher's checks
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> o = dout.get();
+  CHECK(std::all_of(o.begin(), o.end(), [](float v) { return std::isnan(v); }));  // still the poison: no launch
+}
+
 TEST_CASE("gdn verify launchers reject bad launch structs with a message naming the field", "[gpu][gdn][spec]") {
   if (!have_device()) return;
   GdnVerifyLaunch l;

@@ -727,6 +727,45 @@ TEST_CASE("mamba2 verify: a corrupted ring entry changes the outputs", "[gpu][ma
   }
 }
 
+TEST_CASE("mamba2 verify footprint: the kernel mamba2_verify would launch, and nothing launched", "[gpu][mamba2][spec]") {
+  if (!have_device()) return;
+  const int rows = 2, T = 4, interval = 16;
+  Layer L(kSmall, rows, T, 7);
+  const Mamba2Dims d = kSmall.dims;
+  const size_t SE = static_cast<size_t>(d.H) * d.P * d.N;
+  const int cap = spec_ring_capacity(32, T);  // holds both hist values below
+  VerifyState vs(d, rows, cap, Ckpt{}, std::vector<float>(rows * SE, 0.0f), -1);
+  DevBuf<int32_t> dslot(rows);
+  dslot.put({1, 0});
+  DevBuf<float> dy(rows * T * L.HP);
+  CUDA_CHECK(cudaMemset(dy.p, 0xFF, dy.n * 4));
+  for (int hc : {1, 2}) {  // the per-head kernel, the grouped one
+    g_heads = hc;
+    const Mamba2VerifyLaunch near = vs.launch(L.args(dslot.p, dy.p, Format::FP32), T, interval, interval + T);
+    const Mamba2VerifyLaunch far = vs.launch(L.args(dslot.p, dy.p, Format::FP32), T, interval, 32);
+    const KernelFootprint a = mamba2_verify_footprint(near), b = mamba2_verify_footprint(far);
+    INFO("heads_per_cta " << hc << ": smem " << a.smem_bytes << " -> " << b.smem_bytes << " bytes, " << a.registers
+                          << " registers, " << a.ctas_per_sm << " -> " << b.ctas_per_sm << " CTAs per SM");
+    const long long ctas = hc == 1 ? static_cast<long long>(rows) * d.H * mamba2_p_tiles(d, rows, Format::FP32)
+                                   : static_cast<long long>(rows) * (d.H / hc);
+    CHECK(a.ctas == ctas);
+    CHECK(a.threads > 0);
+    CHECK(a.threads % 32 == 0);
+    CHECK(a.registers > 0);
+    CHECK(a.registers <= 255);
+    CHECK(a.ctas_per_sm >= 1);
+    CHECK(b.ctas_per_sm <= a.ctas_per_sm);
+    CHECK(b.smem_bytes > a.smem_bytes);  // a longer L_hist keeps more committed entries' weights
+    Mamba2VerifyLaunch bad = near;
+    bad.hist = interval + T - 1;
+    CHECK_THROWS_WITH(mamba2_verify_footprint(bad), Catch::Contains("hist"));  // the launcher's checks
+  }
+  g_heads = 0;
+  CUDA_CHECK(cudaDeviceSynchronize());
+  const std::vector<float> y = dy.get();
+  CHECK(std::all_of(y.begin(), y.end(), [](float v) { return std::isnan(v); }));  // still the poison: no launch
+}
+
 TEST_CASE("mamba2 verify launchers reject bad launch structs with a message naming the field", "[gpu][mamba2][spec]") {
   if (!have_device()) return;
   // A well-formed one-row launch (the launchers return before their checks on an empty one), then one field broken.
