@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/cuda_check.h"
+#include "common/kernel_footprint.h"
 #include "numeric/arith.h"
 #include "numeric/bits.h"
 #include "numeric/format.h"
@@ -273,5 +274,21 @@ inline bool scaled_check_catches(Format f, bool sr, const float* update, const u
 
 // A running maximum that keeps a NaN.
 inline double max_nan(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
+
+// A verify launcher's footprints of one launch shape at a shorter and a longer L_hist: the grid it launches, a
+// kernel the device can hold, and the longer L_hist no cheaper in shared memory or in resident CTAs.
+inline void check_footprints(const KernelFootprint& near, const KernelFootprint& far, long long ctas) {
+  INFO("smem " << near.smem_bytes << " -> " << far.smem_bytes << " bytes, " << near.registers << " registers, "
+               << near.local_bytes << " local bytes, " << near.ctas_per_sm << " -> " << far.ctas_per_sm
+               << " CTAs per SM");
+  CHECK(near.ctas == ctas);
+  CHECK(near.threads > 0);
+  CHECK(near.threads % 32 == 0);
+  CHECK(near.registers > 0);
+  CHECK(near.registers <= 255);
+  CHECK(near.ctas_per_sm >= 1);
+  CHECK(far.ctas_per_sm <= near.ctas_per_sm);
+  CHECK(far.smem_bytes > near.smem_bytes);
+}
 
 }  // namespace rssm::gpu_test

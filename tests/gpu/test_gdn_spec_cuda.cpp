@@ -877,16 +877,7 @@ TEST_CASE("gdn verify footprint: the kernel gdn_verify would launch, and nothing
   const GdnVerifyLaunch near = vs.launch(L.args(dslot.p, dout.p, Format::FP32), T, interval, interval + T);
   const GdnVerifyLaunch far = vs.launch(L.args(dslot.p, dout.p, Format::FP32), T, interval, 32);
   const KernelFootprint a = gdn_verify_footprint(near), b = gdn_verify_footprint(far);
-  INFO("smem " << a.smem_bytes << " -> " << b.smem_bytes << " bytes, " << a.registers << " registers, "
-               << a.local_bytes << " local bytes, " << a.ctas_per_sm << " -> " << b.ctas_per_sm << " CTAs per SM");
-  CHECK(a.ctas == static_cast<long long>(rows) * g.dims.HV * gdn_v_tiles(g.dims, rows, Format::FP32));
-  CHECK(a.threads > 0);
-  CHECK(a.threads % 32 == 0);
-  CHECK(a.registers > 0);
-  CHECK(a.registers <= 255);
-  CHECK(a.ctas_per_sm >= 1);
-  CHECK(b.ctas_per_sm <= a.ctas_per_sm);
-  CHECK(b.smem_bytes > a.smem_bytes);
+  check_footprints(a, b, static_cast<long long>(rows) * g.dims.HV * gdn_v_tiles(g.dims, rows, Format::FP32));
   GdnVerifyLaunch bad = near;
   bad.capacity = 24;
   CHECK_THROWS_WITH(gdn_verify_footprint(bad), Catch::Contains("capacity"));  // the launcher's checks
