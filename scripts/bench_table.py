@@ -30,7 +30,8 @@ A/B calls (benchmarks/experiments/README.md, scripts/ab_relink.sh): each argumen
 device call, comma-separated (repeats of an alternating call); per case, each run's median, their mean, and the mean
 over the first build's (the baseline). Cases are those every build measured, optionally matching REGEX. A
 bench_spec_cuda case (real time: the non-flushing verify window) adds "CASE [verify flush]", "CASE [verify
-amortised]" and "CASE [eager verify]" from its counters.
+amortised]" and "CASE [eager verify]" from its counters, and under the table each build's verify-kernel footprint
+(CTAs per SM, shared memory, registers, local bytes) where its JSON has one.
 """
 import json
 import re
@@ -178,8 +179,23 @@ def medians_of(path):
     return out
 
 
+# bench_spec_cuda's footprint of the verify kernel (mamba2_verify_footprint / gdn_verify_footprint): --ab prints it
+# per case and build under the table, so that a build or an L_hist that costs a resident CTA says so beside its times.
+FOOTPRINT_COUNTERS = ("verify_ctas_per_sm", "verify_smem_bytes", "verify_registers", "verify_local_bytes")
+
+
+def footprints_of(path):
+    """Case -> (CTAs per SM, shared-memory bytes, registers, local bytes) of the verify kernel, for the median rows
+    that carry them (bench_spec_cuda runs from 2026-12-08 on)."""
+    with open(path) as f:
+        rows = median_rows(json.load(f))
+    return {k: tuple(int(b[c]) for c in FOOTPRINT_COUNTERS) for k, b in rows.items()
+            if all(c in b for c in FOOTPRINT_COUNTERS)}
+
+
 def ab_table(groups, pattern=None):
-    """groups: one list of JSON paths per build (its repeats), the first the baseline. Markdown rows per case."""
+    """groups: one list of JSON paths per build (its repeats), the first the baseline. Markdown rows per case, then
+    each build's verify-kernel footprint per case where its first JSON carries one."""
     runs = [[medians_of(p) for p in g] for g in groups]
     names = [",".join(p.rsplit("/", 1)[-1] for p in g) for g in groups]
     keys = [k for k in runs[0][0] if all(k in r for rs in runs for r in rs)]
@@ -196,6 +212,14 @@ def ab_table(groups, pattern=None):
         cells = [" / ".join(f"{r[k]:.1f}" for r in rs) for rs in runs]
         out.append(f"| `{k}` | " + " | ".join(cells) + " | " +
                    " | ".join(f"{m / means[0]:.3f}" for m in means[1:]) + " |")
+    prints = [footprints_of(g[0]) for g in groups]
+    shown = [k for k in keys if any(k in fp for fp in prints)]
+    if shown:
+        out += ["", "Verify kernel per build: CTAs per SM, shared memory (bytes), registers, local bytes:", ""]
+        for k in shown:
+            out.append(f"- `{k}`: " + "; ".join(
+                f"{chr(97 + i)} " + (", ".join(str(x) for x in fp[k]) if k in fp else "—")
+                for i, fp in enumerate(prints)))
     return "\n".join(out)
 
 

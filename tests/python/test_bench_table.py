@@ -47,6 +47,22 @@ def test_means_over_repeats_and_ratios(tmp_path):
     assert rows["y/batch:1"].rstrip(" |").endswith("1.250")
 
 
+def test_ab_shows_the_verify_footprints(tmp_path):
+    def run(name, ctas, smem):
+        path = pathlib.Path(write_run(tmp_path / name, {"gdn/T:4/batch:256": 300.0, "x/batch:1": 1.0}))
+        d = json.loads(path.read_text())
+        for b in d["benchmarks"]:
+            if b["name"].startswith("gdn/"):
+                b.update(verify_ctas_per_sm=ctas, verify_smem_bytes=smem, verify_registers=80.0, verify_local_bytes=0.0)
+        path.write_text(json.dumps(d))
+        return str(path)
+    old = write_run(tmp_path / "old.json", {"gdn/T:4/batch:256": 290.0, "x/batch:1": 1.0})  # before the counters
+    out = bench_table.ab_table([[run("a.json", 6.0, 28336.0)], [run("b.json", 5.0, 44848.0)], [old]])
+    assert "- `gdn/T:4/batch:256`: a 6, 28336, 80, 0; b 5, 44848, 80, 0; c —" in out
+    assert "`x/batch:1`:" not in out  # no footprint in any build: no line
+    assert "Verify kernel" not in bench_table.ab_table([[old], [old]])
+
+
 def test_nanosecond_runs_and_filter(tmp_path):
     a = write_run(tmp_path / "a.json", {"x/batch:1": 2000.0, "y/batch:1": 1.0}, unit="ns")
     b = write_run(tmp_path / "b.json", {"x/batch:1": 1.0, "y/batch:1": 1.0})
