@@ -803,12 +803,6 @@ void eager_act(const GdnEagerVerifyLaunch& l, int vtiles, cudaStream_t stream) {
     eager_window<S, float>(l, vtiles, stream);
 }
 
-}  // namespace
-}  // namespace gdn
-
-namespace gdn {
-namespace {
-
 // gdn_verify's checks and kernel choice; describe set: the chosen kernel's footprint, nothing launched.
 void verify_checked(const GdnVerifyLaunch& l, cudaStream_t stream, KernelFootprint* describe) {
   const char* what = "gdn_verify";

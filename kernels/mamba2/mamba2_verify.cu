@@ -479,12 +479,6 @@ void dispatch_eager_verify(const Mamba2EagerVerifyLaunch& l, int ptiles, cudaStr
     launch_eager_verify<S, float>(l, ptiles, stream);
 }
 
-}  // namespace
-}  // namespace m2
-
-namespace m2 {
-namespace {
-
 // mamba2_verify's checks and kernel choice; describe set: the chosen kernel's footprint, nothing launched.
 void verify_checked(const Mamba2VerifyLaunch& l, cudaStream_t stream, KernelFootprint* describe) {
   const char* what = "mamba2_verify";
